@@ -1,0 +1,102 @@
+# Shared by the demo, test and bench commands: prerequisites and throwaway clusters.
+# Source it; it sets -euo pipefail.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_CONFIG="${PG_CONFIG:-/usr/bin/pg_config}"
+PGRX_VERSION="0.18.1"
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 clang libclang-dev pkg-config libssl-dev sudo python3 python3-venv)
+export PATH="$HOME/.cargo/bin:$PATH"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# Runs a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Runs a command as the owner of the throwaway clusters: `postgres` when we are root
+# (initdb refuses to run as root), else ourselves.
+as_owner() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_bindir() { "$PG_CONFIG" --bindir; }
+
+ensure_prerequisites() {
+    local missing=()
+    for package in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing ${missing[*]}"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ! command -v cargo >/dev/null; then
+        echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
+        exit 1
+    fi
+    if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
+        say "installing cargo-pgrx $PGRX_VERSION (about 9 minutes, once)"
+        cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
+    fi
+    if ! grep -qs "^pg15 = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+        say "registering PostgreSQL 15 with pgrx"
+        cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+    fi
+}
+
+# Builds and installs the extension into the system PostgreSQL.
+# $1: "release" or "debug".
+install_extension() {
+    local profile=(); [ "$1" = release ] && profile=(--release)
+    say "building and installing pg_exp_mech ($1)"
+    if [ "$(id -u)" -eq 0 ]; then
+        cargo pgrx install "${profile[@]}" --pg-config "$PG_CONFIG" >/dev/null
+    else
+        cargo pgrx install "${profile[@]}" --pg-config "$PG_CONFIG" --sudo >/dev/null
+    fi
+}
+
+# A TCP port nothing listens on, from $1 upwards.
+free_port() {
+    local port="${1:-55432}"
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+    echo "$port"
+}
+
+# Creates (or re-creates) a cluster in $1 listening on port $2, with the Unix socket in $1.
+# Local (socket) connections are trusted; TCP connections need a password (scram).
+# Further arguments are postgresql.conf lines.
+start_cluster() {
+    local dir="$1" port="$2"; shift 2
+    stop_cluster "$dir"
+    as_root rm -rf "$dir"
+    mkdir -p "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    as_owner "$(pg_bindir)/initdb" -D "$dir/data" -U postgres --auth-local=trust \
+        --auth-host=scram-sha-256 --encoding=UTF8 --locale=C.UTF-8 >/dev/null
+    {
+        echo "port = $port"
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$dir'"
+        echo "max_connections = 40"
+        for line in "$@"; do echo "$line"; done
+    } | as_owner tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_owner "$(pg_bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+}
+
+stop_cluster() {
+    local dir="$1"
+    if [ -f "$dir/data/postmaster.pid" ]; then
+        as_owner "$(pg_bindir)/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+}
+
+# psql as the superuser over the cluster's socket: cluster_psql DIR PORT [psql args...]
+cluster_psql() {
+    local dir="$1" port="$2"; shift 2
+    "$(pg_bindir)/psql" -X -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
+}

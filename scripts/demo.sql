@@ -1,0 +1,40 @@
+-- The demo's queries, on the Adult data (scripts/load_adult.sql). Run by `make demo`
+-- (and by the test suite, so that the demo keeps working).
+\pset footer off
+\set QUIET on
+
+\echo
+\echo '1. The most common marital status. True answer first (exact counts: not private):'
+SELECT marital_status, count(*) AS people
+  FROM adult GROUP BY marital_status ORDER BY people DESC LIMIT 3;
+
+\echo 'dp_argmax(marital_status, 1, epsilon): one private answer per epsilon, and how often'
+\echo 'it is the true one in 100 independent draws. The lead (4,293 people) is huge, so even'
+\echo 'epsilon = 0.1 is always right:'
+SELECT epsilon,
+       (SELECT dp_argmax(marital_status, 1, epsilon) FROM adult) AS private_answer,
+       (SELECT count(*) FILTER (WHERE answer = 'Married-civ-spouse')
+          FROM (SELECT (SELECT dp_argmax(marital_status, 1, epsilon) FROM adult WHERE draw > 0) AS answer
+                  FROM generate_series(1, 100) draw) d) || ' / 100' AS right
+  FROM unnest(ARRAY[0.1, 1, 10]::float8[]) epsilon;
+
+\echo
+\echo '2. A close race: the most common occupation (4,140 vs 4,099 vs 4,066 people).'
+\echo 'P(answer) is proportional to exp(epsilon * count): a lead of 41 people is decisive at'
+\echo 'epsilon = 1, usual at 0.1, and close to a three-way coin toss at 0.01. 100 draws each:'
+SELECT epsilon, answer, count(*) AS draws
+  FROM unnest(ARRAY[0.01, 0.1, 1]::float8[]) epsilon,
+       LATERAL (SELECT (SELECT dp_argmax(occupation, 1, epsilon) FROM adult WHERE draw > 0) AS answer
+                  FROM generate_series(1, 100) draw) d
+ GROUP BY epsilon, answer ORDER BY epsilon, draws DESC;
+
+\echo
+\echo '3. Candidates from a public list: the most common occupation among people earning'
+\echo 'over 50K, at epsilon = 0.5. Only listed items can win, so the answer never reveals an'
+\echo 'item that only the data knows (true answer: Exec-managerial, 1,968 vs 1,859):'
+SELECT dp_argmax(occupation, 1, 0.5, 1,
+                 ARRAY['Adm-clerical', 'Craft-repair', 'Exec-managerial', 'Farming-fishing',
+                       'Handlers-cleaners', 'Machine-op-inspct', 'Other-service',
+                       'Priv-house-serv', 'Prof-specialty', 'Protective-serv', 'Sales',
+                       'Tech-support', 'Transport-moving', 'Armed-Forces']) AS private_answer
+  FROM adult WHERE income = '>50K';

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: `make test`. Installs what is missing, then runs
+#   1. cargo pgrx test: the pure Rust tests and the #[pg_test] SQL tests (inside PostgreSQL);
+#   2. tests/run.sh: tests that drive a real cluster from outside, over psql.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$REPO"
+ensure_prerequisites
+
+WORK="${PG_EXP_MECH_TEST_DIR:-/tmp/pg_exp_mech-test}"
+mkdir -p "$WORK"
+say "pure Rust and in-database tests (cargo pgrx test)"
+if [ "$(id -u)" -eq 0 ]; then
+    chown postgres: "$WORK"
+    cargo pgrx test pg15 --runas postgres --pgdata "$WORK/pgrx-data"
+else
+    cargo pgrx test pg15
+fi
+
+install_extension debug
+say "tests against a real cluster (tests/run.sh)"
+bash tests/run.sh
+say "all tests passed"

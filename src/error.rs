@@ -1,0 +1,102 @@
+//! The one error type of pg_exp_mech.
+//!
+//! Plain Rust, no database types: the mechanisms and the parameter checks return it, and
+//! the SQL layer turns it into an `ereport` with the SQLSTATE that [`Error::sqlstate`]
+//! names. PRIVACY.md section 6: an error may depend on the analyst's parameters, never on
+//! the data, so every variant here is about a parameter, a type or the budget.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// A parameter is NULL or outside its domain (SQLSTATE 22023).
+    InvalidParameter {
+        name: &'static str,
+        value: String,
+        requirement: &'static str,
+    },
+    /// A parameter that must be constant took another value on a later row (22023).
+    ParameterChanged {
+        name: &'static str,
+        first: String,
+        now: String,
+    },
+    /// The item type has no default hash operator class (42883, as PostgreSQL's own).
+    NoHashFunction { type_name: String },
+    /// A support function was called outside an aggregate (0A000).
+    NotInAggregate { function: &'static str },
+}
+
+impl Error {
+    /// The SQLSTATE the SQL layer reports.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => "22023",
+            Error::NoHashFunction { .. } => "42883",
+            Error::NotInAggregate { .. } => "0A000",
+        }
+    }
+
+    pub fn invalid(name: &'static str, value: Option<f64>, requirement: &'static str) -> Self {
+        Error::InvalidParameter {
+            name,
+            value: format_number(value),
+            requirement,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidParameter {
+                name,
+                value,
+                requirement,
+            } => write!(f, "{name} must be {requirement}, got {value}"),
+            Error::ParameterChanged { name, first, now } => write!(
+                f,
+                "{name} must be the same on every row of an aggregate, got {first} and then {now}"
+            ),
+            Error::NoHashFunction { type_name } => write!(
+                f,
+                "could not identify a hash function for type {type_name}: items must have a default hash operator class"
+            ),
+            Error::NotInAggregate { function } => {
+                write!(f, "{function} can only be called as part of an aggregate")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Formats a number the way PostgreSQL prints a double precision value.
+pub fn format_number(value: Option<f64>) -> String {
+    match value {
+        None => "NULL".to_string(),
+        Some(v) if v.is_nan() => "NaN".to_string(),
+        Some(v) if v == f64::INFINITY => "Infinity".to_string(),
+        Some(v) if v == f64::NEG_INFINITY => "-Infinity".to_string(),
+        Some(v) => format!("{v}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_parameter_and_the_value() {
+        let e = Error::invalid("epsilon", Some(-1.0), "finite and greater than 0");
+        assert_eq!(e.to_string(), "epsilon must be finite and greater than 0, got -1");
+        assert_eq!(e.sqlstate(), "22023");
+        assert_eq!(
+            Error::invalid("epsilon", None, "finite and greater than 0").to_string(),
+            "epsilon must be finite and greater than 0, got NULL"
+        );
+        assert_eq!(format_number(Some(f64::NAN)), "NaN");
+        assert_eq!(format_number(Some(f64::NEG_INFINITY)), "-Infinity");
+        assert_eq!(format_number(Some(0.1)), "0.1");
+    }
+}

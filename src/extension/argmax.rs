@@ -1,0 +1,490 @@
+//! dp_argmax: the exponential mechanism over per-item scores, as an aggregate.
+
+use super::guc;
+use super::item_scores::{
+    accumulate, final_state, Candidates, Form, SelectionArguments,
+};
+use crate::mechanisms::gumbel::exponential_mechanism;
+use crate::mechanisms::rng;
+use pgrx::prelude::*;
+use pgrx::{AnyArray, AnyElement, Internal};
+
+const COUNTING: Form = Form {
+    epsilon: 2,
+    max_score: None,
+    candidates: None,
+};
+const SCORED: Form = Form {
+    epsilon: 2,
+    max_score: Some(3),
+    candidates: None,
+};
+const WITH_CANDIDATES: Form = Form {
+    epsilon: 2,
+    max_score: Some(3),
+    candidates: Some(4),
+};
+
+#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
+fn dp_argmax_trans_counting(
+    state: Internal,
+    item: Option<AnyElement>,
+    score: Option<f64>,
+    epsilon: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    let arguments = SelectionArguments {
+        epsilon,
+        max_score: Some(1.0),
+    };
+    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
+}
+
+#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
+fn dp_argmax_trans_scored(
+    state: Internal,
+    item: Option<AnyElement>,
+    score: Option<f64>,
+    epsilon: Option<f64>,
+    max_score: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    let arguments = SelectionArguments { epsilon, max_score };
+    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
+}
+
+#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
+fn dp_argmax_trans_candidates(
+    state: Internal,
+    item: Option<AnyElement>,
+    score: Option<f64>,
+    epsilon: Option<f64>,
+    max_score: Option<f64>,
+    candidates: Option<AnyArray>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    let arguments = SelectionArguments { epsilon, max_score };
+    let candidates = Candidates::Listed(candidates.map(|array| array.datum()));
+    unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
+}
+
+/// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max.
+///
+/// The scores are in units of max_score, so the temperature is 1/ε: one row moves every
+/// score by at most one unit in the same direction (range 1), which makes this ε-DP under
+/// adding or removing a row (Dong, Durfee, Rogers 2019; PRIVACY.md section 3).
+unsafe fn argmax_final(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &Internal,
+    form: Form,
+) -> Option<AnyElement> {
+    let scores = final_state(fcinfo, state, form)?;
+    let temperature = 1.0 / scores.selection.epsilon;
+    let utilities = scores.table.scores();
+    let winner = rng::with_generator(guc::seeding(), |rng| {
+        exponential_mechanism(&utilities, temperature, rng)
+    })?;
+    let item_type = scores.item_type;
+    let item = item_type.copy(scores.table.entries()[winner].item);
+    AnyElement::from_polymorphic_datum(item, false, item_type.type_oid)
+}
+
+#[pg_extern(name = "dp_argmax_final", parallel_safe)]
+fn dp_argmax_final_counting(
+    state: Internal,
+    _item: Option<AnyElement>,
+    _score: Option<f64>,
+    _epsilon: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<AnyElement> {
+    unsafe { argmax_final(fcinfo, &state, COUNTING) }
+}
+
+#[pg_extern(name = "dp_argmax_final", parallel_safe)]
+fn dp_argmax_final_scored(
+    state: Internal,
+    _item: Option<AnyElement>,
+    _score: Option<f64>,
+    _epsilon: Option<f64>,
+    _max_score: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<AnyElement> {
+    unsafe { argmax_final(fcinfo, &state, SCORED) }
+}
+
+#[pg_extern(name = "dp_argmax_final", parallel_safe)]
+fn dp_argmax_final_candidates(
+    state: Internal,
+    _item: Option<AnyElement>,
+    _score: Option<f64>,
+    _epsilon: Option<f64>,
+    _max_score: Option<f64>,
+    _candidates: Option<AnyArray>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<AnyElement> {
+    unsafe { argmax_final(fcinfo, &state, WITH_CANDIDATES) }
+}
+
+extension_sql!(
+    r#"
+CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision,
+                           max_score double precision) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision,
+                           max_score double precision, candidates anyarray) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE
+);
+
+COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision) IS
+'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
+COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision) IS
+'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
+COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision, anyarray) IS
+'Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list.';
+"#,
+    name = "dp_argmax_aggregates",
+    requires = [
+        dp_argmax_trans_counting,
+        dp_argmax_trans_scored,
+        dp_argmax_trans_candidates,
+        dp_argmax_final_counting,
+        dp_argmax_final_scored,
+        dp_argmax_final_candidates,
+        "dp_item_scores_support",
+    ],
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::extension::sql_testing::{column, counts_of, error_of, frequencies, plan, run};
+    use crate::testing::{assert_matches_distribution, normalise_log_weights, softmax};
+    use pgrx::prelude::*;
+
+    const DRAWS: usize = 20_000;
+
+    /// Scores in units of max_score = 2: a 0 (a negative score clamps to 0), b 1, c 2,
+    /// d 3 (its score of 5 clamps to 2).
+    fn scored_table() {
+        run(&[
+            "CREATE TABLE scored(item text, score float8)",
+            "INSERT INTO scored VALUES ('a', -1), ('b', 2), ('c', 2), ('c', 2),
+                                      ('d', 2), ('d', 2), ('d', 5)",
+            "SET pg_exp_mech.seed = 20240601",
+        ]);
+    }
+
+    /// One draw per group g of a table with `DRAWS` copies of `scored`.
+    fn draws_table() {
+        scored_table();
+        run(&[&format!(
+            "CREATE TABLE draws AS
+             SELECT g, item, score FROM scored, generate_series(1, {DRAWS}) g"
+        )]);
+        run(&["ANALYZE draws"]);
+    }
+
+    const DRAWS_QUERY: &str = "SELECT dp_argmax(item, score, 1.0, 2) FROM draws GROUP BY g";
+
+    fn check_scored_distribution(query: &str) {
+        let counts = counts_of(&frequencies(query), &["a", "b", "c", "d"]);
+        assert_eq!(counts.iter().sum::<u64>(), DRAWS as u64);
+        let units = [0.0, 1.0, 2.0, 3.0];
+        // exp(ε·S/max_score) at ε = 1, and the textbook exp(ε·S/(2·max_score)).
+        assert_matches_distribution(&counts, &softmax(&units, 1.0), &softmax(&units, 2.0));
+    }
+
+    #[pg_test]
+    fn argmax_distribution_is_exp_epsilon_score_over_max_score() {
+        draws_table();
+        check_scored_distribution(DRAWS_QUERY);
+    }
+
+    #[pg_test]
+    fn argmax_parallel_plan_gives_the_same_distribution() {
+        draws_table();
+        run(&[
+            "SET LOCAL max_parallel_workers_per_gather = 2",
+            "SET LOCAL parallel_setup_cost = 0",
+            "SET LOCAL parallel_tuple_cost = 0",
+            "SET LOCAL min_parallel_table_scan_size = 0",
+            "SET LOCAL enable_hashagg = off",
+        ]);
+        let explained = plan(DRAWS_QUERY);
+        assert!(explained.contains("Partial"), "{explained}");
+        assert!(explained.contains("Gather"), "{explained}");
+        let launched = column(&format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {DRAWS_QUERY}"
+        ))
+        .join("\n");
+        assert!(launched.contains("Workers Launched: 2"), "{launched}");
+        check_scored_distribution(DRAWS_QUERY);
+    }
+
+    #[pg_test]
+    fn argmax_candidates_restrict_the_answers() {
+        scored_table();
+        run(&[&format!(
+            "CREATE TABLE draws AS
+             SELECT g, item, score FROM scored, generate_series(1, {DRAWS}) g
+             UNION ALL
+             SELECT g, 'intruder', 2 FROM generate_series(1, {DRAWS}) g, generate_series(1, 50)"
+        )]);
+        // 'x' has no row (score 0); 'intruder' has the highest score but is not listed.
+        let counts = counts_of(
+            &frequencies(
+                "SELECT dp_argmax(item, score, 1.0, 2, ARRAY['x', 'b', 'd']) FROM draws GROUP BY g",
+            ),
+            &["x", "b", "d"],
+        );
+        let units = [0.0, 1.0, 3.0];
+        assert_matches_distribution(&counts, &softmax(&units, 1.0), &softmax(&units, 2.0));
+    }
+
+    #[pg_test]
+    fn argmax_with_candidates_and_no_rows_draws_a_uniform_candidate() {
+        scored_table();
+        // Correlated with g, so that each g evaluates the aggregate over zero rows anew.
+        let counts = counts_of(
+            &frequencies(
+                "SELECT (SELECT dp_argmax(item, score, 1.0, 1, '{p,q,r}') FROM scored
+                          WHERE score < -g)
+                   FROM generate_series(1, 6000) g",
+            ),
+            &["p", "q", "r"],
+        );
+        let uniform = [1.0 / 3.0; 3];
+        assert_matches_distribution(&counts, &uniform, &normalise_log_weights(&[1.0, 0.0, 0.0]));
+    }
+
+    #[pg_test]
+    fn argmax_no_rows() {
+        scored_table();
+        let answers = column(
+            "SELECT dp_argmax(item, score, 1.0)::text FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0, 2)::text FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored
+             UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0, 2, ARRAY[item]) FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, score, 2, '{z}') FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{z}') FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0) FROM scored WHERE item IS NULL",
+        );
+        // NULL without candidates, for an empty list, and where an argument depends on
+        // the rows; a candidate when the list is known.
+        assert_eq!(answers, ["NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "z", "NULL"]);
+    }
+
+    #[pg_test]
+    fn argmax_data_never_errors() {
+        // With ε = 1e6 the argmax is the true one with probability 1 - e^-1e6.
+        run(&[
+            "CREATE TABLE odd(item text, score float8)",
+            "INSERT INTO odd SELECT 'nan', 'NaN' FROM generate_series(1, 100)",
+            "INSERT INTO odd SELECT 'null', NULL FROM generate_series(1, 100)",
+            "INSERT INTO odd SELECT NULL, 1 FROM generate_series(1, 100)",
+            "INSERT INTO odd VALUES ('inf', 'Infinity'), ('neg', '-Infinity'), ('neg', '-Infinity'),
+                                    ('two', 1), ('two', 1)",
+        ]);
+        let answers = column(
+            "SELECT dp_argmax(item, score, 1e6, 1) FROM odd
+             UNION ALL SELECT dp_argmax(item, score, 1e6, 1) FROM odd WHERE item <> 'two'
+             UNION ALL SELECT dp_argmax(item, score, 1e6, 1) FROM odd WHERE item IN ('nan', 'null', 'neg')",
+        );
+        // NaN and NULL scores count 0, NULL items are skipped, +∞ clamps to max_score
+        // (one unit, less than two rows of 1), -∞ clamps to 0.
+        assert_eq!(answers[0], "two");
+        assert_eq!(answers[1], "inf");
+        assert!(["nan", "null", "neg"].contains(&answers[2].as_str()));
+    }
+
+    #[pg_test]
+    fn argmax_items_compare_by_their_type() {
+        run(&[
+            "SET pg_exp_mech.seed = 3",
+            "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
+            "CREATE COLLATION case_insensitive (provider = icu, locale = 'und-u-ks-level2',
+                                                 deterministic = false)",
+        ]);
+        let cases = [
+            ("VALUES (1), (2), (2)", "integer", "2"),
+            ("VALUES (1::bigint), (2), (2)", "bigint", "2"),
+            ("VALUES (1.0::numeric), (1.00), (2)", "numeric", "1.0"),
+            ("VALUES ('x'::varchar), ('y'), ('y')", "character varying", "y"),
+            ("VALUES (DATE '2024-01-01'), ('2024-01-02'), ('2024-01-02')", "date", "2024-01-02"),
+            (
+                "VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid), ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), (gen_random_uuid())",
+                "uuid",
+                "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            ),
+            ("VALUES ('ok'::mood), ('happy'), ('happy')", "mood", "happy"),
+            ("VALUES (ARRAY[1, 2]), (ARRAY[1, 2]), (ARRAY[2, 1])", "integer[]", "{1,2}"),
+            ("VALUES (true), (false), (false)", "boolean", "false"),
+            (
+                "VALUES ('A' COLLATE case_insensitive), ('a'), ('a'), ('b'), ('b')",
+                "text",
+                "A",
+            ),
+        ];
+        for (values, type_name, winner) in cases {
+            for _ in 0..20 {
+                let row = column(&format!(
+                    "SELECT pg_typeof(w)::text || ' ' || w::text
+                       FROM (SELECT dp_argmax(x, 1, 1e6) AS w FROM ({values}) v(x)) s"
+                ));
+                assert_eq!(row, [format!("{type_name} {winner}")], "{values}");
+            }
+        }
+        assert_eq!(
+            error_of("SELECT dp_argmax(point(1, 2), 1, 1.0)"),
+            "42883: could not identify a hash function for type point: items must have a default hash operator class"
+        );
+        assert_eq!(
+            error_of("SELECT dp_argmax(point(1, 2), 1, 1.0) FROM generate_series(1, 0)"),
+            "42883: could not identify a hash function for type point: items must have a default hash operator class"
+        );
+    }
+
+    #[pg_test]
+    fn argmax_invalid_parameters_raise_22023() {
+        scored_table();
+        let positive = "must be finite and greater than 0, got";
+        let cases = [
+            ("dp_argmax(item, score, NULL)", format!("epsilon {positive} NULL")),
+            ("dp_argmax(item, score, 0)", format!("epsilon {positive} 0")),
+            ("dp_argmax(item, score, -0.5)", format!("epsilon {positive} -0.5")),
+            ("dp_argmax(item, score, 'NaN')", format!("epsilon {positive} NaN")),
+            ("dp_argmax(item, score, 'Infinity')", format!("epsilon {positive} Infinity")),
+            ("dp_argmax(item, score, 1, NULL)", format!("max_score {positive} NULL")),
+            ("dp_argmax(item, score, 1, 0)", format!("max_score {positive} 0")),
+            ("dp_argmax(item, score, 1, -2)", format!("max_score {positive} -2")),
+            ("dp_argmax(item, score, 1, 'NaN')", format!("max_score {positive} NaN")),
+            ("dp_argmax(item, score, 1, '-Infinity')", format!("max_score {positive} -Infinity")),
+            (
+                "dp_argmax(item, score, 1, 1, NULL)",
+                "candidates must be an array (an empty array gives NULL), got NULL".into(),
+            ),
+        ];
+        for (call, message) in &cases {
+            // The same error with rows and without: errors depend on parameters only.
+            for filter in ["", "WHERE false"] {
+                assert_eq!(
+                    error_of(&format!("SELECT {call} FROM scored {filter}")),
+                    format!("22023: {message}"),
+                    "{call} {filter}"
+                );
+            }
+        }
+        let changing = [
+            (
+                "SELECT dp_argmax(item, 1, e) FROM (VALUES ('a', 1.0), ('b', 2.0)) v(item, e)",
+                "22023: epsilon must be the same on every row of an aggregate, got 1 and then 2",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1, m) FROM (VALUES ('a', 3.0), ('b', NULL)) v(item, m)",
+                "22023: max_score must be the same on every row of an aggregate, got 3 and then NULL",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1, 1, CASE item WHEN 'a' THEN '{a}'::text[] ELSE '{b}' END)
+                   FROM (VALUES ('a'), ('b')) v(item)",
+                "22023: candidates must be the same on every row of an aggregate, got the array of the first row and then another array",
+            ),
+        ];
+        for (query, expected) in changing {
+            assert_eq!(error_of(query), expected, "{query}");
+        }
+        // The same array rebuilt on every row is the same parameter.
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 1, 1, ARRAY['a', item]) FROM (VALUES ('a'), ('a')) v(item)"),
+            "no error"
+        );
+    }
+
+    #[pg_test]
+    fn argmax_arguments_known_without_rows_are_validated() {
+        scored_table();
+        run(&[
+            "SET LOCAL plan_cache_mode = force_generic_plan",
+            "PREPARE p(float8, text[]) AS SELECT dp_argmax(item, score, $1, 1, $2) FROM scored WHERE false",
+        ]);
+        assert_eq!(column("EXECUTE p(1.0, '{only}')"), ["only"]);
+        assert_eq!(
+            error_of("EXECUTE p(-1, '{only}')"),
+            "22023: epsilon must be finite and greater than 0, got -1"
+        );
+        // Candidates from a public table, through an init-plan.
+        assert_eq!(
+            column(
+                "SELECT dp_argmax(item, score, 1.0, 1, (SELECT array_agg('public'::text)))
+                   FROM scored WHERE false"
+            ),
+            ["public"]
+        );
+    }
+
+    #[pg_test]
+    fn argmax_seed_is_superuser_only_and_reproducible() {
+        scored_table();
+        let sequence = || column("SELECT dp_argmax(item, score, 0.5, 2) FROM scored, generate_series(1, 30) g GROUP BY g ORDER BY g");
+        run(&["SET pg_exp_mech.seed = 99"]);
+        let first = sequence();
+        run(&["SET pg_exp_mech.seed = 99"]);
+        assert_eq!(sequence(), first, "setting the seed again restarts the stream");
+        assert_ne!(sequence(), first, "the stream goes on while the seed is unchanged");
+        run(&["RESET pg_exp_mech.seed", "CREATE ROLE seed_analyst", "SET ROLE seed_analyst"]);
+        assert_eq!(
+            error_of("SET pg_exp_mech.seed = 1"),
+            "42501: permission denied to set parameter \"pg_exp_mech.seed\""
+        );
+        assert_eq!(
+            error_of("SHOW pg_exp_mech.seed"),
+            "42501: must be superuser or have privileges of pg_read_all_settings to examine \"pg_exp_mech.seed\""
+        );
+        run(&["RESET ROLE"]);
+    }
+
+    #[pg_test]
+    fn argmax_catalog_entries() {
+        // Every aggregate volatile and parallel safe; every function has a comment.
+        let aggregates = column(
+            "SELECT p.oid::regprocedure::text || ' ' || p.provolatile::text || p.proparallel::text
+               FROM pg_proc p WHERE p.proname = 'dp_argmax' ORDER BY 1",
+        );
+        assert_eq!(aggregates.len(), 3);
+        assert!(aggregates.iter().all(|a| a.ends_with(" vs")), "{aggregates:?}");
+        let uncommented = column(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                AND d.refclassid = 'pg_extension'::regclass
+              WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_exp_mech')
+                AND p.pronamespace <> 'tests'::regnamespace -- the #[pg_test] functions
+                AND obj_description(p.oid, 'pg_proc') IS NULL",
+        );
+        assert!(uncommented.is_empty(), "{uncommented:?}");
+    }
+
+    #[pg_test]
+    fn argmax_state_cannot_be_read_by_a_home_made_aggregate() {
+        scored_table();
+        run(&["CREATE AGGREGATE leak(anyelement, float8, float8) (
+                   SFUNC = dp_argmax_trans, STYPE = internal,
+                   FINALFUNC = dp_item_scores_serialize)"]);
+        assert!(error_of("SELECT leak(item, score, 1.0) FROM scored").starts_with("0A000: "));
+    }
+}

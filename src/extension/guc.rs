@@ -1,0 +1,53 @@
+//! Settings (GUCs) of pg_exp_mech.
+
+use crate::mechanisms::rng::Seeding;
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::cell::Cell;
+use std::ffi::c_void;
+
+/// -1: seed from the operating system.
+const NO_SEED: i32 = -1;
+
+static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
+
+thread_local! {
+    /// Counts assignments to the seed, so that `SET pg_exp_mech.seed = 42` restarts the
+    /// stream even when the seed already was 42.
+    static SEED_GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn seed_assigned(_new_value: i32, _extra: *mut c_void) {
+    SEED_GENERATION.with(|g| g.set(g.get() + 1));
+}
+
+pub fn register() {
+    // PGC_SUSET: a role that can choose the seed can predict, and subtract, the noise
+    // (PRIVACY.md section 7). SUPERUSER_ONLY also hides its value from other roles.
+    unsafe {
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_exp_mech.seed",
+            c"Fixed seed of the noise generator, for reproducible tests (-1: operating system entropy).",
+            c"Superuser only. With a fixed seed every answer is predictable: never set it where analysts run queries.",
+            &SEED,
+            NO_SEED,
+            i32::MAX,
+            GucContext::Suset,
+            GucFlags::SUPERUSER_ONLY,
+            None,
+            Some(seed_assigned),
+            None,
+        );
+    }
+}
+
+/// Where the noise generator takes its seed from now.
+pub fn seeding() -> Seeding {
+    match SEED.get() {
+        NO_SEED => Seeding::Os,
+        seed => Seeding::Fixed {
+            seed: seed as u64,
+            generation: SEED_GENERATION.with(Cell::get),
+        },
+    }
+}

@@ -1,0 +1,395 @@
+//! The aggregate state of the selection aggregates (dp_argmax, dp_top_k): per-item scores
+//! in a hash table, in the aggregate's memory context, with combine, serialize and
+//! deserialize for parallel aggregation. One implementation for every selection aggregate.
+
+use super::arguments::{aggregate_argument, Argument};
+use super::items::ItemType;
+use super::raise;
+use crate::error::Error;
+use crate::mechanisms::scores::{contribution, ScoreTable};
+use crate::parameters;
+use pgrx::pg_sys::{self, Datum, MemoryContext};
+use pgrx::prelude::*;
+use pgrx::{AnyElement, Internal, PgMemoryContexts};
+use serde::{Deserialize, Serialize};
+
+/// The parameters of one selection, fixed by its first row.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    pub epsilon: f64,
+    pub max_score: f64,
+}
+
+/// The parameters as one row (or the call itself) gives them, before validation.
+#[derive(Debug, Clone, Copy)]
+pub struct SelectionArguments {
+    pub epsilon: Option<f64>,
+    pub max_score: Option<f64>,
+}
+
+impl SelectionArguments {
+    fn validate(&self) -> Result<Selection, Error> {
+        Ok(Selection {
+            epsilon: parameters::epsilon(self.epsilon)?,
+            max_score: parameters::max_score(self.max_score)?,
+        })
+    }
+
+    fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
+        parameters::unchanged("epsilon", first.epsilon, self.epsilon)?;
+        parameters::unchanged("max_score", first.max_score, self.max_score)
+    }
+}
+
+/// The candidates argument of a call, for the forms that have one.
+#[derive(Debug, Clone, Copy)]
+pub enum Candidates {
+    /// The form without candidates: any item may win.
+    Open,
+    /// The array given (None: SQL NULL, which is an error).
+    Listed(Option<Datum>),
+}
+
+/// Where a form of a selection aggregate takes its parameters (0-based argument positions),
+/// for reading them from the call when no row arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Form {
+    pub epsilon: usize,
+    /// None: the form without max_score, which counts (max_score = 1).
+    pub max_score: Option<usize>,
+    pub candidates: Option<usize>,
+}
+
+/// The scores of one group's items.
+pub struct ItemScores {
+    pub item_type: ItemType,
+    pub selection: Selection,
+    pub table: ScoreTable<Datum>,
+    /// Where the items are copied to: the aggregate's memory context.
+    memory: MemoryContext,
+    /// The first row's candidates, to check that later rows pass the same array.
+    candidates: Option<(Datum, Vec<u8>)>,
+}
+
+impl ItemScores {
+    /// An empty state; with candidates, every listed item starts at score 0 and the table
+    /// is closed to other items.
+    fn new(
+        item_type: ItemType,
+        selection: Selection,
+        candidates: Candidates,
+        memory: MemoryContext,
+    ) -> Result<Self, Error> {
+        let mut state = Self {
+            item_type,
+            selection,
+            table: ScoreTable::new(),
+            memory,
+            candidates: None,
+        };
+        if let Candidates::Listed(list) = candidates {
+            let array = list.ok_or(Error::InvalidParameter {
+                name: "candidates",
+                value: "NULL".into(),
+                requirement: "an array (an empty array gives NULL)",
+            })?;
+            unsafe {
+                for candidate in item_type.array_elements(array) {
+                    state.add(candidate, 0.0);
+                }
+                state.candidates = Some((array, array_image(array)));
+            }
+            state.table.close();
+        }
+        Ok(state)
+    }
+
+    /// Adds `amount` (in units of max_score) to the item's score.
+    fn add(&mut self, item: Datum, amount: f64) {
+        let item_type = self.item_type;
+        let memory = self.memory;
+        self.table.add(
+            item_type.hash(item),
+            amount,
+            |&stored| item_type.equal(stored, item),
+            || unsafe { PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item)) },
+        );
+    }
+
+    /// Later rows must pass the parameters and candidates of the first.
+    fn check_row(&self, arguments: &SelectionArguments, candidates: Candidates) -> Result<(), Error> {
+        arguments.check_unchanged(&self.selection)?;
+        match (candidates, &self.candidates) {
+            (Candidates::Listed(Some(array)), Some((first, image)))
+                if array == *first || unsafe { array_image(array) } == *image =>
+            {
+                Ok(())
+            }
+            (Candidates::Listed(_), _) => Err(Error::ParameterChanged {
+                name: "candidates",
+                first: "the array of the first row".into(),
+                now: "another array".into(),
+            }),
+            (Candidates::Open, _) => Ok(()),
+        }
+    }
+}
+
+/// The bytes of an array, detoasted, to compare two candidate arrays.
+unsafe fn array_image(array: Datum) -> Vec<u8> {
+    let flat = pg_sys::pg_detoast_datum(array.cast_mut_ptr());
+    std::slice::from_raw_parts(flat as *const u8, pgrx::varsize_any(flat)).to_vec()
+}
+
+/// The aggregate's memory context; an error outside an aggregate.
+unsafe fn aggregate_memory(fcinfo: pg_sys::FunctionCallInfo, function: &'static str) -> MemoryContext {
+    let mut memory: MemoryContext = std::ptr::null_mut();
+    if pg_sys::AggCheckCallContext(fcinfo, &mut memory) == 0 {
+        raise(Error::NotInAggregate { function });
+    }
+    memory
+}
+
+/// The item type of this call (argument 1 of a transition or final function), checked
+/// for a hash operator class even when no row arrived, so that the error does not depend
+/// on the data.
+unsafe fn call_item_type(fcinfo: pg_sys::FunctionCallInfo) -> ItemType {
+    let type_oid = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 1);
+    ItemType::lookup(type_oid, (*fcinfo).fncollation).unwrap_or_else(|e| raise(e))
+}
+
+/// The transition step shared by every selection aggregate.
+///
+/// # Safety
+/// `fcinfo` must be the call info of a transition function whose argument 1 is the item.
+pub unsafe fn accumulate(
+    fcinfo: pg_sys::FunctionCallInfo,
+    mut state: Internal,
+    item: Option<AnyElement>,
+    score: Option<f64>,
+    arguments: SelectionArguments,
+    candidates: Candidates,
+) -> Internal {
+    if let Some(scores) = state.get::<ItemScores>() {
+        scores
+            .check_row(&arguments, candidates)
+            .unwrap_or_else(|e| raise(e));
+    } else {
+        let memory = aggregate_memory(fcinfo, "a selection transition function");
+        let selection = arguments.validate().unwrap_or_else(|e| raise(e));
+        let item_type = call_item_type(fcinfo);
+        PgMemoryContexts::For(memory).switch_to(|_| {
+            let scores = ItemScores::new(item_type, selection, candidates, memory)
+                .unwrap_or_else(|e| raise(e));
+            state.insert(scores);
+        });
+    }
+    let scores = state.get_mut::<ItemScores>().expect("the state was just made");
+    if let Some(item) = item {
+        // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp (PRIVACY.md 6).
+        let amount = contribution(score, scores.selection.max_score);
+        scores.add(item.datum(), amount);
+    }
+    state
+}
+
+/// The state a final function samples from: the rows' state, or with no rows, the one
+/// the call's constant arguments describe. None means the answer is NULL: no rows and no
+/// candidates (or arguments that depend on the rows, so they cannot be read).
+///
+/// Parameters are validated in both cases, so that an error never depends on whether
+/// rows arrived.
+///
+/// # Safety
+/// `fcinfo` must be the call info of a final function whose argument 1 is the item.
+pub unsafe fn final_state<'a>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &'a Internal,
+    form: Form,
+) -> Option<FinalState<'a>> {
+    let item_type = call_item_type(fcinfo);
+    if let Some(scores) = state.get::<ItemScores>() {
+        return Some(FinalState::Rows(scores));
+    }
+    let float = |position: Option<usize>| match position {
+        Some(at) => aggregate_argument(fcinfo, at).float(),
+        None => Some(Some(1.0)),
+    };
+    let (Some(epsilon), Some(max_score)) = (float(Some(form.epsilon)), float(form.max_score))
+    else {
+        return None;
+    };
+    let selection = SelectionArguments { epsilon, max_score }
+        .validate()
+        .unwrap_or_else(|e| raise(e));
+    let candidates = match form.candidates.map(|at| aggregate_argument(fcinfo, at)) {
+        None => return None,
+        Some(Argument::Unknown) => return None,
+        Some(Argument::Known(list)) => Candidates::Listed(list),
+    };
+    let memory = pg_sys::CurrentMemoryContext;
+    let scores = ItemScores::new(item_type, selection, candidates, memory).unwrap_or_else(|e| raise(e));
+    Some(FinalState::NoRows(scores))
+}
+
+/// What a final function samples from.
+pub enum FinalState<'a> {
+    /// The state the rows built.
+    Rows(&'a ItemScores),
+    /// No row arrived: the candidates of the call, all at score 0.
+    NoRows(ItemScores),
+}
+
+impl std::ops::Deref for FinalState<'_> {
+    type Target = ItemScores;
+
+    fn deref(&self) -> &ItemScores {
+        match self {
+            FinalState::Rows(scores) => scores,
+            FinalState::NoRows(scores) => scores,
+        }
+    }
+}
+
+/// What [`dp_item_scores_serialize`] writes: the items as their bytes.
+#[derive(Serialize, Deserialize)]
+struct SerializedItemScores {
+    type_oid: u32,
+    collation: u32,
+    selection: Selection,
+    open: bool,
+    hashes: Vec<u32>,
+    scores: Vec<f64>,
+    lengths: Vec<u32>,
+    images: Vec<u8>,
+}
+
+/// Combine function: adds the second state's scores into the first.
+///
+/// # Safety
+/// `fcinfo` must be the call info of an aggregate combine function.
+pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, second: Internal) -> Internal {
+    let memory = aggregate_memory(fcinfo, "dp_item_scores_combine");
+    let Some(other) = second.get::<ItemScores>() else {
+        return first;
+    };
+    if let Some(scores) = first.get::<ItemScores>() {
+        if scores.selection != other.selection {
+            raise(Error::ParameterChanged {
+                name: "epsilon or max_score",
+                first: format!("{:?}", scores.selection),
+                now: format!("{:?}", other.selection),
+            });
+        }
+    } else {
+        PgMemoryContexts::For(memory).switch_to(|_| {
+            let empty = ItemScores::new(other.item_type, other.selection, Candidates::Open, memory)
+                .unwrap_or_else(|e| raise(e));
+            first.insert(empty);
+        });
+    }
+    let scores = first.get_mut::<ItemScores>().expect("the state was just made");
+    for entry in other.table.entries() {
+        scores.add(entry.item, entry.score);
+    }
+    if !other.table.is_open() {
+        scores.table.close();
+    }
+    first
+}
+
+/// Serialize function: the state as bytes for the leader of a parallel aggregation.
+///
+/// # Safety
+/// `fcinfo` must be the call info of an aggregate serialize function.
+pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Vec<u8> {
+    // Refuse to act as the final function of a home-made aggregate: that would hand out
+    // the exact scores.
+    let context = (*fcinfo).context;
+    let serializing = !context.is_null()
+        && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
+        && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_SERIALIZE != 0;
+    if !serializing {
+        raise(Error::NotInAggregate {
+            function: "dp_item_scores_serialize (the serial function of a partial aggregation)",
+        });
+    }
+    let scores = state
+        .get::<ItemScores>()
+        .expect("the serialize function is strict in its state");
+    let entries = scores.table.entries();
+    let mut serialized = SerializedItemScores {
+        type_oid: scores.item_type.type_oid.to_u32(),
+        collation: scores.item_type.collation.to_u32(),
+        selection: scores.selection,
+        open: scores.table.is_open(),
+        hashes: entries.iter().map(|e| e.hash).collect(),
+        scores: entries.iter().map(|e| e.score).collect(),
+        lengths: Vec::with_capacity(entries.len()),
+        images: Vec::new(),
+    };
+    for entry in entries {
+        let length = scores.item_type.write_image(entry.item, &mut serialized.images);
+        serialized.lengths.push(length);
+    }
+    serde_cbor::to_vec(&serialized).expect("the state serializes")
+}
+
+/// Deserialize function: rebuilds a state, in the current memory context.
+///
+/// # Safety
+/// `bytes` must come from [`serialize`] in the same cluster.
+pub unsafe fn deserialize(bytes: &[u8]) -> Internal {
+    let serialized: SerializedItemScores =
+        serde_cbor::from_slice(bytes).expect("a state written by dp_item_scores_serialize");
+    let item_type = ItemType::lookup(serialized.type_oid.into(), serialized.collation.into())
+        .unwrap_or_else(|e| raise(e));
+    let memory = pg_sys::CurrentMemoryContext;
+    let mut scores = ItemScores::new(item_type, serialized.selection, Candidates::Open, memory)
+        .unwrap_or_else(|e| raise(e));
+    let mut offset = 0usize;
+    for ((&hash, &score), &length) in serialized
+        .hashes
+        .iter()
+        .zip(&serialized.scores)
+        .zip(&serialized.lengths)
+    {
+        let image = &serialized.images[offset..offset + length as usize];
+        offset += length as usize;
+        let item = item_type.restore(image);
+        scores.table.add(hash, score, |_| false, || item);
+    }
+    if !serialized.open {
+        scores.table.close();
+    }
+    Internal::new(scores)
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_item_scores_combine(
+    first: Internal,
+    second: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    unsafe { combine(fcinfo, first, second) }
+}
+
+#[pg_extern(parallel_safe, strict)]
+fn dp_item_scores_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Vec<u8> {
+    unsafe { serialize(fcinfo, state) }
+}
+
+#[pg_extern(parallel_safe, strict)]
+fn dp_item_scores_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
+    unsafe { deserialize(bytes) }
+}
+
+extension_sql!(
+    "-- combine, serialize and deserialize are shared by every selection aggregate.",
+    name = "dp_item_scores_support",
+    requires = [
+        dp_item_scores_combine,
+        dp_item_scores_serialize,
+        dp_item_scores_deserialize
+    ],
+);

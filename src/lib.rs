@@ -1,0 +1,32 @@
+//! pg_exp_mech: differentially private selection (the exponential mechanism, sampled by
+//! Gumbel-max) as PostgreSQL aggregates.
+//!
+//! Layout: [`mechanisms`], [`parameters`] and [`error`] are plain Rust with no database
+//! types; `extension` is the thin SQL layer over them (aggregates, settings).
+
+use pgrx::prelude::*;
+
+pgrx::pg_module_magic!(name, version);
+
+pub mod error;
+mod extension;
+pub mod mechanisms;
+pub mod parameters;
+#[cfg(any(test, feature = "pg_test"))]
+pub mod testing;
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    extension::guc::register();
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

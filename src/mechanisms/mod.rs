@@ -1,0 +1,6 @@
+//! The mechanisms, in plain Rust: no PostgreSQL types, so every one of them is tested
+//! without a database.
+
+pub mod gumbel;
+pub mod rng;
+pub mod scores;

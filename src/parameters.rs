@@ -1,0 +1,69 @@
+//! Validation of the analyst's parameters: the one place every aggregate checks them.
+//!
+//! Parameters (epsilon, max_score, ...) are written by the analyst, so rejecting a bad one
+//! reveals nothing about the data (PRIVACY.md section 6). Data values are never checked
+//! here: they are clamped or skipped by the mechanisms instead.
+
+use crate::error::{format_number, Error};
+
+const POSITIVE_FINITE: &str = "finite and greater than 0";
+
+/// The privacy parameter ε of one evaluation.
+pub fn epsilon(value: Option<f64>) -> Result<f64, Error> {
+    positive_finite("epsilon", value)
+}
+
+/// The most one row can add to one item's score (the sensitivity Δ of the scores).
+pub fn max_score(value: Option<f64>) -> Result<f64, Error> {
+    positive_finite("max_score", value)
+}
+
+fn positive_finite(name: &'static str, value: Option<f64>) -> Result<f64, Error> {
+    match value {
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(Error::invalid(name, value, POSITIVE_FINITE)),
+    }
+}
+
+/// A parameter must keep the value it had on the first row of the aggregate.
+///
+/// Compared bit for bit, so that NaN on a later row is reported too.
+pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(), Error> {
+    match now {
+        Some(v) if v.to_bits() == first.to_bits() => Ok(()),
+        _ => Err(Error::ParameterChanged {
+            name,
+            first: format_number(Some(first)),
+            now: format_number(now),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epsilon_must_be_positive_and_finite() {
+        assert_eq!(epsilon(Some(0.5)), Ok(0.5));
+        assert_eq!(epsilon(Some(1e6)), Ok(1e6));
+        for bad in [None, Some(0.0), Some(-1.0), Some(f64::NAN), Some(f64::INFINITY)] {
+            let err = epsilon(bad).unwrap_err();
+            assert_eq!(err.sqlstate(), "22023");
+            assert!(err.to_string().starts_with("epsilon must be finite and greater than 0, got "));
+        }
+        assert!(max_score(Some(-0.0)).unwrap_err().to_string().starts_with("max_score"));
+    }
+
+    #[test]
+    fn a_changed_parameter_names_both_values() {
+        assert_eq!(unchanged("epsilon", 1.0, Some(1.0)), Ok(()));
+        let err = unchanged("epsilon", 1.0, Some(2.0)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "epsilon must be the same on every row of an aggregate, got 1 and then 2"
+        );
+        assert!(unchanged("max_score", 1.0, None).is_err());
+        assert!(unchanged("max_score", 1.0, Some(f64::NAN)).is_err());
+    }
+}

@@ -1,0 +1,25 @@
+# The demo's queries and every ```sql example of README.md run on a real cluster with the
+# Adult data: documentation that does not run is a bug.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO"
+new_cluster demo_and_readme
+sql -f scripts/load_adult.sql
+
+demo="$(sql -f scripts/demo.sql)"
+# The lead of Married-civ-spouse is 4,293 people: at ε ≥ 0.1 a wrong draw has probability
+# below e^-429, so all 300 draws are right.
+assert_eq "$(grep -c '100 / 100' <<<"$demo")" 3 "demo: marital status at every epsilon"
+assert_contains "$demo" "Prof-specialty" "demo: occupation race"
+
+# README: every ```sql block, in order, in one psql session; any error fails.
+python3 - README.md > "$CLUSTER/readme_blocks.sql" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+blocks = re.findall(r"```sql\n(.*?)```", text, re.S)
+assert blocks, "README.md has no sql examples"
+for i, block in enumerate(blocks, 1):
+    print(f"\\echo README example {i}\n{block}")
+PY
+sql -v ON_ERROR_STOP=1 -f "$CLUSTER/readme_blocks.sql" >/dev/null \
+    || fail "a README example failed (see above)"
+echo "demo and $(grep -c '^\\echo README example' "$CLUSTER/readme_blocks.sql") README examples ran"
