@@ -38,3 +38,17 @@ SELECT dp_argmax(occupation, 1, 0.5, 1,
                        'Priv-house-serv', 'Prof-specialty', 'Protective-serv', 'Sales',
                        'Tech-support', 'Transport-moving', 'Armed-Forces']) AS private_answer
   FROM adult WHERE income = '>50K';
+
+\echo
+\echo '4. The top 3 occupations as one private list, epsilon = 1 for the whole list:'
+SELECT dp_top_k(occupation, 1, 3, 1.0) AS private_top_3 FROM adult;
+
+\echo 'When the items themselves are private, dp_top_k_unknown_domain lets only the true top'
+\echo 'k_bar items compete, with a threshold 45 people above the next one (epsilon = 1,'
+\echo 'delta = 1e-6, k = 3). Countries of birth among people earning over 50K: United-States'
+\echo '7,171, Philippines 61, Germany 44, India 40, ... With k_bar = 3 only United-States clears'
+\echo 'the threshold (40 + 45); with k_bar = 20 it drops to 7 + 45 (the 21st country has 7):'
+SELECT k_bar,
+       dp_top_k_unknown_domain(native_country, 1, 3, 1.0, 1e-6, 1, k_bar) AS private_top_3
+  FROM adult, unnest(ARRAY[3, 20]) k_bar
+ WHERE income = '>50K' GROUP BY k_bar ORDER BY k_bar;

@@ -18,6 +18,38 @@ pub fn max_score(value: Option<f64>) -> Result<f64, Error> {
     positive_finite("max_score", value)
 }
 
+/// How many items a top-k answer lists.
+pub fn k(value: Option<i32>) -> Result<u32, Error> {
+    match value {
+        Some(k) if k >= 1 => Ok(k as u32),
+        _ => Err(Error::InvalidParameter {
+            name: "k",
+            value: value.map_or("NULL".into(), |k| k.to_string()),
+            requirement: "at least 1",
+        }),
+    }
+}
+
+/// The δ of an (ε, δ)-DP mechanism: a probability strictly between 0 and 1.
+pub fn delta(value: Option<f64>) -> Result<f64, Error> {
+    match value {
+        Some(d) if d > 0.0 && d < 1.0 => Ok(d),
+        _ => Err(Error::invalid("delta", value, "greater than 0 and less than 1")),
+    }
+}
+
+/// How many of the top items compete in the limited-domain mechanism: k̄ ≥ k.
+pub fn k_bar(value: Option<i32>, k: u32) -> Result<u32, Error> {
+    match value {
+        Some(k_bar) if k_bar >= 1 && k_bar as u32 >= k => Ok(k_bar as u32),
+        _ => Err(Error::InvalidParameter {
+            name: "k_bar",
+            value: value.map_or("NULL".into(), |k_bar| k_bar.to_string()),
+            requirement: "at least k",
+        }),
+    }
+}
+
 fn positive_finite(name: &'static str, value: Option<f64>) -> Result<f64, Error> {
     match value {
         Some(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -39,9 +71,38 @@ pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(),
     }
 }
 
+/// An integer parameter must keep the value it had on the first row.
+pub fn unchanged_integer(name: &'static str, first: i64, now: Option<i32>) -> Result<(), Error> {
+    match now {
+        Some(v) if v as i64 == first => Ok(()),
+        _ => Err(Error::ParameterChanged {
+            name,
+            first: first.to_string(),
+            now: now.map_or("NULL".into(), |v| v.to_string()),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn k_delta_and_k_bar() {
+        assert_eq!(k(Some(3)), Ok(3));
+        assert_eq!(k(Some(0)).unwrap_err().to_string(), "k must be at least 1, got 0");
+        assert_eq!(k(None).unwrap_err().to_string(), "k must be at least 1, got NULL");
+        assert_eq!(delta(Some(1e-9)), Ok(1e-9));
+        for bad in [None, Some(0.0), Some(1.0), Some(-0.1), Some(f64::NAN)] {
+            assert!(delta(bad).unwrap_err().to_string().starts_with("delta must be greater than 0 and less than 1, got "));
+        }
+        assert_eq!(k_bar(Some(5), 5), Ok(5));
+        assert_eq!(k_bar(Some(4), 5).unwrap_err().to_string(), "k_bar must be at least k, got 4");
+        assert_eq!(
+            unchanged_integer("k", 3, Some(4)).unwrap_err().to_string(),
+            "k must be the same on every row of an aggregate, got 3 and then 4"
+        );
+    }
 
     #[test]
     fn epsilon_must_be_positive_and_finite() {

@@ -22,6 +22,36 @@ pub fn normalise_log_weights(log_weights: &[f64]) -> Vec<f64> {
     weights.iter().map(|w| w / total).collect()
 }
 
+/// Every ordered list of `k` distinct indices out of `n` (the outcomes of a top-k).
+pub fn ordered_lists(n: usize, k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![vec![]];
+    }
+    let mut lists = Vec::new();
+    for shorter in ordered_lists(n, k - 1) {
+        for i in (0..n).filter(|i| !shorter.contains(i)) {
+            let mut list = shorter.clone();
+            list.push(i);
+            lists.push(list);
+        }
+    }
+    lists
+}
+
+/// The exact probability of an ordered list under k rounds of the exponential mechanism
+/// without replacement ("peeling"), each at `temperature`.
+pub fn peeling_probability(utilities: &[f64], list: &[usize], temperature: f64) -> f64 {
+    let top = utilities.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weight = |i: usize| ((utilities[i] - top) / temperature).exp();
+    let mut remaining: f64 = (0..utilities.len()).map(weight).sum();
+    let mut probability = 1.0;
+    for &i in list {
+        probability *= weight(i) / remaining;
+        remaining -= weight(i);
+    }
+    probability
+}
+
 /// Pearson's statistic and degrees of freedom, pooling cells with small expected counts.
 pub fn chi_square(counts: &[u64], probabilities: &[f64]) -> (f64, usize) {
     assert_eq!(counts.len(), probabilities.len());

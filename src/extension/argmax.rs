@@ -12,18 +12,30 @@ use pgrx::{AnyArray, AnyElement, Internal};
 const COUNTING: Form = Form {
     epsilon: 2,
     max_score: None,
+    k: None,
+    delta: None,
+    k_bar: None,
     candidates: None,
 };
 const SCORED: Form = Form {
-    epsilon: 2,
     max_score: Some(3),
-    candidates: None,
+    ..COUNTING
 };
 const WITH_CANDIDATES: Form = Form {
-    epsilon: 2,
-    max_score: Some(3),
     candidates: Some(4),
+    ..SCORED
 };
+
+/// The parameters of dp_argmax: k = 1, no δ.
+fn arguments(epsilon: Option<f64>, max_score: Option<f64>) -> SelectionArguments {
+    SelectionArguments {
+        epsilon,
+        max_score,
+        k: Some(1),
+        delta: None,
+        k_bar: None,
+    }
+}
 
 #[pg_extern(name = "dp_argmax_trans", parallel_safe)]
 fn dp_argmax_trans_counting(
@@ -33,10 +45,7 @@ fn dp_argmax_trans_counting(
     epsilon: Option<f64>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
-    let arguments = SelectionArguments {
-        epsilon,
-        max_score: Some(1.0),
-    };
+    let arguments = arguments(epsilon, Some(1.0));
     unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
 }
 
@@ -49,7 +58,7 @@ fn dp_argmax_trans_scored(
     max_score: Option<f64>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
-    let arguments = SelectionArguments { epsilon, max_score };
+    let arguments = arguments(epsilon, max_score);
     unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
 }
 
@@ -63,7 +72,7 @@ fn dp_argmax_trans_candidates(
     candidates: Option<AnyArray>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
-    let arguments = SelectionArguments { epsilon, max_score };
+    let arguments = arguments(epsilon, max_score);
     let candidates = Candidates::Listed(candidates.map(|array| array.datum()));
     unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
 }
@@ -127,30 +136,6 @@ fn dp_argmax_final_candidates(
 
 extension_sql!(
     r#"
-CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision) (
-    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
-    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
-    COMBINEFUNC = dp_item_scores_combine,
-    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
-    PARALLEL = SAFE
-);
-CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision,
-                           max_score double precision) (
-    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
-    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
-    COMBINEFUNC = dp_item_scores_combine,
-    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
-    PARALLEL = SAFE
-);
-CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon double precision,
-                           max_score double precision, candidates anyarray) (
-    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
-    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
-    COMBINEFUNC = dp_item_scores_combine,
-    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
-    PARALLEL = SAFE
-);
-
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision) IS
 'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision) IS
@@ -158,47 +143,19 @@ COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, d
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision, anyarray) IS
 'Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list.';
 "#,
-    name = "dp_argmax_aggregates",
-    requires = [
-        dp_argmax_trans_counting,
-        dp_argmax_trans_scored,
-        dp_argmax_trans_candidates,
-        dp_argmax_final_counting,
-        dp_argmax_final_scored,
-        dp_argmax_final_candidates,
-        "dp_item_scores_support",
-    ],
+    name = "dp_argmax_comments",
+    requires = ["selection_aggregates"],
 );
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-    use crate::extension::sql_testing::{column, counts_of, error_of, frequencies, plan, run};
+    use crate::extension::sql_testing::{
+        assert_parallel, column, counts_of, draws_table, error_of, force_parallel_plans,
+        frequencies, run, scored_table, DRAWS,
+    };
     use crate::testing::{assert_matches_distribution, normalise_log_weights, softmax};
     use pgrx::prelude::*;
-
-    const DRAWS: usize = 20_000;
-
-    /// Scores in units of max_score = 2: a 0 (a negative score clamps to 0), b 1, c 2,
-    /// d 3 (its score of 5 clamps to 2).
-    fn scored_table() {
-        run(&[
-            "CREATE TABLE scored(item text, score float8)",
-            "INSERT INTO scored VALUES ('a', -1), ('b', 2), ('c', 2), ('c', 2),
-                                      ('d', 2), ('d', 2), ('d', 5)",
-            "SET pg_exp_mech.seed = 20240601",
-        ]);
-    }
-
-    /// One draw per group g of a table with `DRAWS` copies of `scored`.
-    fn draws_table() {
-        scored_table();
-        run(&[&format!(
-            "CREATE TABLE draws AS
-             SELECT g, item, score FROM scored, generate_series(1, {DRAWS}) g"
-        )]);
-        run(&["ANALYZE draws"]);
-    }
 
     const DRAWS_QUERY: &str = "SELECT dp_argmax(item, score, 1.0, 2) FROM draws GROUP BY g";
 
@@ -219,21 +176,8 @@ mod tests {
     #[pg_test]
     fn argmax_parallel_plan_gives_the_same_distribution() {
         draws_table();
-        run(&[
-            "SET LOCAL max_parallel_workers_per_gather = 2",
-            "SET LOCAL parallel_setup_cost = 0",
-            "SET LOCAL parallel_tuple_cost = 0",
-            "SET LOCAL min_parallel_table_scan_size = 0",
-            "SET LOCAL enable_hashagg = off",
-        ]);
-        let explained = plan(DRAWS_QUERY);
-        assert!(explained.contains("Partial"), "{explained}");
-        assert!(explained.contains("Gather"), "{explained}");
-        let launched = column(&format!(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {DRAWS_QUERY}"
-        ))
-        .join("\n");
-        assert!(launched.contains("Workers Launched: 2"), "{launched}");
+        force_parallel_plans();
+        assert_parallel(DRAWS_QUERY);
         check_scored_distribution(DRAWS_QUERY);
     }
 

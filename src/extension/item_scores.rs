@@ -18,26 +18,51 @@ use serde::{Deserialize, Serialize};
 pub struct Selection {
     pub epsilon: f64,
     pub max_score: f64,
+    /// How many items the answer lists (1 for dp_argmax).
+    pub k: u32,
+    /// dp_top_k_unknown_domain: the δ of (ε, δ)-DP and how many top items compete.
+    pub delta: Option<f64>,
+    pub k_bar: Option<u32>,
 }
 
-/// The parameters as one row (or the call itself) gives them, before validation.
+/// The parameters as one row (or the call itself) gives them, before validation. The
+/// forms without a parameter pass its default (max_score 1, k 1) or None.
 #[derive(Debug, Clone, Copy)]
 pub struct SelectionArguments {
     pub epsilon: Option<f64>,
     pub max_score: Option<f64>,
+    pub k: Option<i32>,
+    /// None: the form has no delta; Some(None): SQL NULL.
+    pub delta: Option<Option<f64>>,
+    /// None: the form has no k_bar (k̄ = k); Some(None): SQL NULL.
+    pub k_bar: Option<Option<i32>>,
 }
 
 impl SelectionArguments {
     fn validate(&self) -> Result<Selection, Error> {
-        Ok(Selection {
-            epsilon: parameters::epsilon(self.epsilon)?,
-            max_score: parameters::max_score(self.max_score)?,
-        })
+        let epsilon = parameters::epsilon(self.epsilon)?;
+        let max_score = parameters::max_score(self.max_score)?;
+        let k = parameters::k(self.k)?;
+        let delta = self.delta.map(parameters::delta).transpose()?;
+        let k_bar = match (self.delta, self.k_bar) {
+            (_, Some(k_bar)) => Some(parameters::k_bar(k_bar, k)?),
+            (Some(_), None) => Some(k),
+            (None, None) => None,
+        };
+        Ok(Selection { epsilon, max_score, k, delta, k_bar })
     }
 
     fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
         parameters::unchanged("epsilon", first.epsilon, self.epsilon)?;
-        parameters::unchanged("max_score", first.max_score, self.max_score)
+        parameters::unchanged("max_score", first.max_score, self.max_score)?;
+        parameters::unchanged_integer("k", first.k as i64, self.k)?;
+        if let (Some(first), Some(now)) = (first.delta, self.delta) {
+            parameters::unchanged("delta", first, now)?;
+        }
+        if let (Some(first), Some(now)) = (first.k_bar, self.k_bar) {
+            parameters::unchanged_integer("k_bar", first as i64, now)?;
+        }
+        Ok(())
     }
 }
 
@@ -50,13 +75,17 @@ pub enum Candidates {
     Listed(Option<Datum>),
 }
 
-/// Where a form of a selection aggregate takes its parameters (0-based argument positions),
-/// for reading them from the call when no row arrived.
-#[derive(Debug, Clone, Copy)]
+/// Where a form of a selection aggregate takes its parameters (0-based argument positions;
+/// None: the form does not have it), for reading them from the call when no row arrived.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Form {
     pub epsilon: usize,
-    /// None: the form without max_score, which counts (max_score = 1).
+    /// None: the form counts rows (max_score = 1).
     pub max_score: Option<usize>,
+    /// None: dp_argmax (k = 1).
+    pub k: Option<usize>,
+    pub delta: Option<usize>,
+    pub k_bar: Option<usize>,
     pub candidates: Option<usize>,
 }
 
@@ -194,8 +223,9 @@ pub unsafe fn accumulate(
 }
 
 /// The state a final function samples from: the rows' state, or with no rows, the one
-/// the call's constant arguments describe. None means the answer is NULL: no rows and no
-/// candidates (or arguments that depend on the rows, so they cannot be read).
+/// the call's arguments describe (its candidates at score 0, or no item at all). None
+/// when an argument depends on the rows and cannot be read without them: the answer is
+/// then NULL.
 ///
 /// Parameters are validated in both cases, so that an error never depends on whether
 /// rows arrived.
@@ -211,19 +241,29 @@ pub unsafe fn final_state<'a>(
     if let Some(scores) = state.get::<ItemScores>() {
         return Some(FinalState::Rows(scores));
     }
-    let float = |position: Option<usize>| match position {
-        Some(at) => aggregate_argument(fcinfo, at).float(),
-        None => Some(Some(1.0)),
+    let argument = |at: usize| aggregate_argument(fcinfo, at);
+    let arguments = SelectionArguments {
+        epsilon: argument(form.epsilon).float()?,
+        max_score: match form.max_score {
+            Some(at) => argument(at).float()?,
+            None => Some(1.0),
+        },
+        k: match form.k {
+            Some(at) => argument(at).integer()?,
+            None => Some(1),
+        },
+        delta: match form.delta {
+            Some(at) => Some(argument(at).float()?),
+            None => None,
+        },
+        k_bar: match form.k_bar {
+            Some(at) => Some(argument(at).integer()?),
+            None => None,
+        },
     };
-    let (Some(epsilon), Some(max_score)) = (float(Some(form.epsilon)), float(form.max_score))
-    else {
-        return None;
-    };
-    let selection = SelectionArguments { epsilon, max_score }
-        .validate()
-        .unwrap_or_else(|e| raise(e));
-    let candidates = match form.candidates.map(|at| aggregate_argument(fcinfo, at)) {
-        None => return None,
+    let selection = arguments.validate().unwrap_or_else(|e| raise(e));
+    let candidates = match form.candidates.map(argument) {
+        None => Candidates::Open,
         Some(Argument::Unknown) => return None,
         Some(Argument::Known(list)) => Candidates::Listed(list),
     };
@@ -276,7 +316,7 @@ pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, sec
     if let Some(scores) = first.get::<ItemScores>() {
         if scores.selection != other.selection {
             raise(Error::ParameterChanged {
-                name: "epsilon or max_score",
+                name: "the parameters",
                 first: format!("{:?}", scores.selection),
                 now: format!("{:?}", other.selection),
             });
@@ -384,12 +424,63 @@ fn dp_item_scores_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
     unsafe { deserialize(bytes) }
 }
 
+// Every selection aggregate: the same state type and support functions, its own
+// transition and final functions (FINALFUNC_EXTRA, so that the final function can return
+// the polymorphic item type and read its arguments). VOLATILE comes later, with the
+// catalog fix-ups of mod.rs.
 extension_sql!(
-    "-- combine, serialize and deserialize are shared by every selection aggregate.",
-    name = "dp_item_scores_support",
+    r#"
+DO $aggregates$
+DECLARE
+    aggregate record;
+BEGIN
+    FOR aggregate IN
+        SELECT * FROM (VALUES
+            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision'),
+            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision, max_score double precision'),
+            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision, max_score double precision, candidates anyarray'),
+            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision'),
+            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision, max_score double precision'),
+            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision, max_score double precision, candidates anyarray'),
+            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision'),
+            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision'),
+            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer')
+        ) AS a(name, arguments)
+    LOOP
+        EXECUTE format(
+            'CREATE AGGREGATE %I(%s) (
+                SFUNC = %I, STYPE = internal, SSPACE = 4096,
+                FINALFUNC = %I, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+                COMBINEFUNC = dp_item_scores_combine,
+                SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+                PARALLEL = SAFE)',
+            aggregate.name, aggregate.arguments, aggregate.name || '_trans', aggregate.name || '_final');
+    END LOOP;
+END
+$aggregates$;
+"#,
+    name = "selection_aggregates",
     requires = [
         dp_item_scores_combine,
         dp_item_scores_serialize,
-        dp_item_scores_deserialize
+        dp_item_scores_deserialize,
+        argmax::dp_argmax_trans_counting,
+        argmax::dp_argmax_trans_scored,
+        argmax::dp_argmax_trans_candidates,
+        argmax::dp_argmax_final_counting,
+        argmax::dp_argmax_final_scored,
+        argmax::dp_argmax_final_candidates,
+        top_k::dp_top_k_trans_counting,
+        top_k::dp_top_k_trans_scored,
+        top_k::dp_top_k_trans_candidates,
+        top_k::dp_top_k_final_counting,
+        top_k::dp_top_k_final_scored,
+        top_k::dp_top_k_final_candidates,
+        top_k::dp_top_k_unknown_domain_trans_counting,
+        top_k::dp_top_k_unknown_domain_trans_scored,
+        top_k::dp_top_k_unknown_domain_trans_k_bar,
+        top_k::dp_top_k_unknown_domain_final_counting,
+        top_k::dp_top_k_unknown_domain_final_scored,
+        top_k::dp_top_k_unknown_domain_final_k_bar,
     ],
 );

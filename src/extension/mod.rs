@@ -5,6 +5,7 @@ mod arguments;
 pub mod guc;
 mod item_scores;
 mod items;
+mod top_k;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
 
@@ -72,7 +73,7 @@ BEGIN
         END;
         EXECUTE format('COMMENT ON FUNCTION %s IS %L', f.signature,
             role || ' of ' ||
-            CASE WHEN f.name LIKE 'dp_item_scores_%' THEN 'the selection aggregates (dp_argmax and friends)'
+            CASE WHEN f.name LIKE 'dp_item_scores_%' THEN 'the selection aggregates (dp_argmax, dp_top_k, dp_top_k_unknown_domain)'
                  ELSE substring(f.name from '^(.*)_[a-z]+$') END ||
             '. Called by PostgreSQL inside the aggregate; not for direct use.');
     END LOOP;

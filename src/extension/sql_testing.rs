@@ -41,10 +41,10 @@ pub fn column(query: &str) -> Vec<String> {
     })
 }
 
-/// How often each answer came out of a query returning one answer per row.
+/// How often each answer came out of a query returning one answer (of any type) per row.
 pub fn frequencies(query: &str) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
-    for answer in column(query) {
+    for answer in column(&format!("SELECT answer::text FROM ({query}) AS q(answer)")) {
         *counts.entry(answer).or_insert(0) += 1;
     }
     counts
@@ -61,4 +61,54 @@ pub fn counts_of(frequencies: &HashMap<String, u64>, items: &[&str]) -> Vec<u64>
 /// The text of `EXPLAIN (COSTS OFF) query`.
 pub fn plan(query: &str) -> String {
     column(&format!("EXPLAIN (COSTS OFF) {query}")).join("\n")
+}
+
+/// Draws per distribution test at the SQL level.
+pub const DRAWS: usize = 20_000;
+
+/// A small scored table. Scores in units of max_score = 2: a 0 (a negative score clamps to
+/// 0), b 1, c 2, d 3 (its score of 5 clamps to 2). Also fixes the seed.
+pub fn scored_table() {
+    run(&[
+        "CREATE TABLE scored(item text, score float8)",
+        "INSERT INTO scored VALUES ('a', -1), ('b', 2), ('c', 2), ('c', 2),
+                                  ('d', 2), ('d', 2), ('d', 5)",
+        "SET pg_exp_mech.seed = 20240601",
+    ]);
+}
+
+/// `draws`: [`DRAWS`] copies of `scored`, one per group g, so that
+/// `... FROM draws GROUP BY g` evaluates an aggregate DRAWS times in one query.
+pub fn draws_table() {
+    scored_table();
+    run(&[
+        &format!(
+            "CREATE TABLE draws AS
+             SELECT g, item, score FROM scored, generate_series(1, {DRAWS}) g"
+        ),
+        "ANALYZE draws",
+    ]);
+}
+
+/// Forces a parallel plan for the rest of the transaction.
+pub fn force_parallel_plans() {
+    run(&[
+        "SET LOCAL max_parallel_workers_per_gather = 2",
+        "SET LOCAL parallel_setup_cost = 0",
+        "SET LOCAL parallel_tuple_cost = 0",
+        "SET LOCAL min_parallel_table_scan_size = 0",
+        "SET LOCAL enable_hashagg = off",
+    ]);
+}
+
+/// Asserts that `query` runs as a parallel partial aggregation with two workers.
+pub fn assert_parallel(query: &str) {
+    let explained = plan(query);
+    assert!(explained.contains("Partial"), "{explained}");
+    assert!(explained.contains("Gather"), "{explained}");
+    let launched = column(&format!(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {query}"
+    ))
+    .join("\n");
+    assert!(launched.contains("Workers Launched: 2"), "{launched}");
 }

@@ -4,3 +4,4 @@
 pub mod gumbel;
 pub mod rng;
 pub mod scores;
+pub mod top_k;
