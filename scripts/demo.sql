@@ -52,3 +52,26 @@ SELECT k_bar,
        dp_top_k_unknown_domain(native_country, 1, 3, 1.0, 1e-6, 1, k_bar) AS private_top_3
   FROM adult, unnest(ARRAY[3, 20]) k_bar
  WHERE income = '>50K' GROUP BY k_bar ORDER BY k_bar;
+
+\echo
+\echo '5. Private quartiles of age and hours per week, epsilon = 1 for the three together'
+\echo '(dp_quantiles spends epsilon/3 on each), next to the true ones. Answers are points of'
+\echo 'a public grid over [lo, hi] = [0, 100]; with a grid of one point per unit'
+\echo '(pg_exp_mech.quantile_grid_size = 100) they are whole numbers:'
+SET pg_exp_mech.quantile_grid_size = 100;
+SELECT 'age' AS "column",
+       percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY age) AS true_quartiles,
+       dp_quantiles(age, ARRAY[0.25, 0.5, 0.75], 0, 100, 1.0) AS private_quartiles
+  FROM adult
+UNION ALL
+SELECT 'hours_per_week',
+       percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY hours_per_week),
+       dp_quantiles(hours_per_week, ARRAY[0.25, 0.5, 0.75], 0, 100, 1.0)
+  FROM adult;
+RESET pg_exp_mech.quantile_grid_size;
+
+\echo 'The private median of age at smaller epsilon, on the default grid of 2^20 + 1 points'
+\echo '(the answer is the grid point nearest the median, or near it):'
+SELECT epsilon, dp_quantile(age, 0.5, 0, 100, epsilon) AS private_median
+  FROM adult, unnest(ARRAY[1, 0.1, 0.01]::float8[]) epsilon
+ GROUP BY epsilon ORDER BY epsilon DESC;

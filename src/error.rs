@@ -13,7 +13,7 @@ pub enum Error {
     InvalidParameter {
         name: &'static str,
         value: String,
-        requirement: &'static str,
+        requirement: String,
     },
     /// A parameter that must be constant took another value on a later row (22023).
     ParameterChanged {
@@ -37,11 +37,11 @@ impl Error {
         }
     }
 
-    pub fn invalid(name: &'static str, value: Option<f64>, requirement: &'static str) -> Self {
+    pub fn invalid(name: &'static str, value: Option<f64>, requirement: impl Into<String>) -> Self {
         Error::InvalidParameter {
             name,
             value: format_number(value),
-            requirement,
+            requirement: requirement.into(),
         }
     }
 }
@@ -71,14 +71,25 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Formats a number the way PostgreSQL prints a double precision value.
+/// Formats a number the way PostgreSQL prints a double precision value (float8out): the
+/// shortest digits that round-trip, in exponent form below 1e-4 or from 1e15 on.
 pub fn format_number(value: Option<f64>) -> String {
     match value {
         None => "NULL".to_string(),
         Some(v) if v.is_nan() => "NaN".to_string(),
         Some(v) if v == f64::INFINITY => "Infinity".to_string(),
         Some(v) if v == f64::NEG_INFINITY => "-Infinity".to_string(),
-        Some(v) => format!("{v}"),
+        Some(v) => {
+            let scientific = format!("{v:e}");
+            let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
+            let exponent: i32 = exponent.parse().expect("an integer exponent");
+            if v != 0.0 && !(-4..15).contains(&exponent) {
+                let sign = if exponent < 0 { '-' } else { '+' };
+                format!("{mantissa}e{sign}{:02}", exponent.abs())
+            } else {
+                format!("{v}")
+            }
+        }
     }
 }
 
@@ -98,5 +109,14 @@ mod tests {
         assert_eq!(format_number(Some(f64::NAN)), "NaN");
         assert_eq!(format_number(Some(f64::NEG_INFINITY)), "-Infinity");
         assert_eq!(format_number(Some(0.1)), "0.1");
+        // As PostgreSQL prints them.
+        assert_eq!(format_number(Some(1e308)), "1e+308");
+        assert_eq!(format_number(Some(-1e308)), "-1e+308");
+        assert_eq!(format_number(Some(123456789012345678.0)), "1.2345678901234568e+17");
+        assert_eq!(format_number(Some(100000000000000.0)), "100000000000000");
+        assert_eq!(format_number(Some(0.0001)), "0.0001");
+        assert_eq!(format_number(Some(0.00001)), "1e-05");
+        assert_eq!(format_number(Some(-0.0)), "-0");
+        assert_eq!(format_number(Some(2.5)), "2.5");
     }
 }

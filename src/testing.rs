@@ -52,6 +52,27 @@ pub fn peeling_probability(utilities: &[f64], list: &[usize], temperature: f64) 
     probability
 }
 
+/// The exact distribution of a quantile answer over every grid point 0..=K, by brute force
+/// from the definition u(c) = −|(1−α)·#{x < c} − α·#{x > c}| (independent of the run logic
+/// of the sampler). `strictly_below` = false gives the off-by-one variant #{x ≤ c}, which
+/// the tests must tell apart.
+pub fn quantile_distribution(
+    cells: &[u32],
+    grid_size: u32,
+    alpha: f64,
+    temperature: f64,
+    strictly_below: bool,
+) -> Vec<f64> {
+    let log_weights: Vec<f64> = (0..=grid_size)
+        .map(|j| {
+            let below = cells.iter().filter(|&&x| if strictly_below { x < j } else { x <= j }).count() as f64;
+            let above = cells.iter().filter(|&&x| x > j).count() as f64;
+            -((1.0 - alpha) * below - alpha * above).abs() / temperature
+        })
+        .collect();
+    normalise_log_weights(&log_weights)
+}
+
 /// Pearson's statistic and degrees of freedom, pooling cells with small expected counts.
 pub fn chi_square(counts: &[u64], probabilities: &[f64]) -> (f64, usize) {
     assert_eq!(counts.len(), probabilities.len());

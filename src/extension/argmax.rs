@@ -73,7 +73,10 @@ fn dp_argmax_trans_candidates(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
     let arguments = arguments(epsilon, max_score);
-    let candidates = Candidates::Listed(candidates.map(|array| array.datum()));
+    let candidates = Candidates::Listed {
+        array: candidates.map(|array| array.datum()),
+        position: 4,
+    };
     unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
 }
 
@@ -350,7 +353,13 @@ mod tests {
                 "22023: candidates must be the same on every row of an aggregate, got the array of the first row and then another array",
             ),
         ];
-        for (query, expected) in changing {
+        // An array rebuilt on every row, of the same size: it may reuse the previous row's
+        // memory, so its bytes are compared, not its address.
+        let rebuilt = (
+            "SELECT dp_argmax(item, 1, 1, 1, ARRAY[item]) FROM (VALUES ('a'), ('b'), ('c')) v(item)",
+            "22023: candidates must be the same on every row of an aggregate, got the array of the first row and then another array",
+        );
+        for (query, expected) in changing.into_iter().chain([rebuilt]) {
             assert_eq!(error_of(query), expected, "{query}");
         }
         // The same array rebuilt on every row is the same parameter.

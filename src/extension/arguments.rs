@@ -71,3 +71,62 @@ pub unsafe fn aggregate_argument(fcinfo: pg_sys::FunctionCallInfo, position: usi
     let value = pg_sys::ExecEvalExpr(state, (*parent).ps_ExprContext, &mut is_null);
     Argument::Known((!is_null).then_some(value))
 }
+
+/// Whether argument `position` of the aggregate has the same datum on every row: a
+/// constant, or a parameter of the statement (`$1`).
+///
+/// # Safety
+/// `fcinfo` must be the call info of an aggregate support function.
+unsafe fn argument_is_fixed(fcinfo: pg_sys::FunctionCallInfo, position: usize) -> bool {
+    let aggref = pg_sys::AggGetAggref(fcinfo);
+    if aggref.is_null() {
+        return false;
+    }
+    let entries = PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args);
+    let Some(entry) = entries.get_ptr(position) else {
+        return false;
+    };
+    let node = (*entry).expr as *mut pg_sys::Node;
+    pgrx::is_a(node, pg_sys::NodeTag::T_Const)
+        || (pgrx::is_a(node, pg_sys::NodeTag::T_Param)
+            && (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN)
+}
+
+/// An array argument that must be the same on every row (candidates, alphas).
+///
+/// A constant or a statement parameter arrives as the same pointer on every row, so that
+/// comparison is free. Any other array is compared by its bytes on every row: a pointer
+/// alone proves nothing there, since an array rebuilt per row can land where the previous
+/// row's was.
+pub struct ArrayArgument {
+    datum: Datum,
+    fixed: bool,
+    bytes: Vec<u8>,
+}
+
+impl ArrayArgument {
+    /// The array passed as argument `position` of the aggregate call.
+    ///
+    /// # Safety
+    /// `array` must be a valid, non-NULL array datum; `fcinfo` the call info of an
+    /// aggregate support function.
+    pub unsafe fn new(fcinfo: pg_sys::FunctionCallInfo, position: usize, array: Datum) -> Self {
+        Self {
+            datum: array,
+            fixed: argument_is_fixed(fcinfo, position),
+            bytes: array_bytes(array).to_vec(),
+        }
+    }
+
+    /// # Safety
+    /// `array` must be a valid, non-NULL array datum.
+    pub unsafe fn is_same(&self, array: Datum) -> bool {
+        (self.fixed && array == self.datum) || array_bytes(array) == self.bytes.as_slice()
+    }
+}
+
+/// The bytes of an array, detoasted (a copy only if it was toasted).
+unsafe fn array_bytes<'a>(array: Datum) -> &'a [u8] {
+    let flat = pg_sys::pg_detoast_datum(array.cast_mut_ptr());
+    std::slice::from_raw_parts(flat as *const u8, pgrx::varsize_any(flat))
+}

@@ -1,5 +1,6 @@
 //! Settings (GUCs) of pg_exp_mech.
 
+use crate::mechanisms::quantile::DEFAULT_GRID_SIZE;
 use crate::mechanisms::rng::Seeding;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::cell::Cell;
@@ -9,6 +10,8 @@ use std::ffi::c_void;
 const NO_SEED: i32 = -1;
 
 static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
+
+static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
 thread_local! {
     /// Counts assignments to the seed, so that `SET pg_exp_mech.seed = 42` restarts the
@@ -39,6 +42,23 @@ pub fn register() {
             None,
         );
     }
+    // The grid is public: any size is as private as any other; it sets the resolution
+    // of the answers ((hi − lo)/K) and the largest state (K + 1 counters of 8 bytes).
+    GucRegistry::define_int_guc(
+        c"pg_exp_mech.quantile_grid_size",
+        c"K, the number of steps of the public grid of dp_quantile candidates (K + 1 points).",
+        c"The answers of dp_quantile are lo + j*(hi - lo)/K. The state of one group is at most K + 1 counters.",
+        &QUANTILE_GRID_SIZE,
+        1,
+        1 << 24,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+/// K of the quantile grid.
+pub fn quantile_grid_size() -> u32 {
+    QUANTILE_GRID_SIZE.get() as u32
 }
 
 /// Where the noise generator takes its seed from now.

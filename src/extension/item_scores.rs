@@ -2,7 +2,9 @@
 //! in a hash table, in the aggregate's memory context, with combine, serialize and
 //! deserialize for parallel aggregation. One implementation for every selection aggregate.
 
-use super::arguments::{aggregate_argument, Argument};
+use super::aggregate::{aggregate_memory, require_serializing};
+use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::memory::ContextAllocator;
 use super::items::ItemType;
 use super::raise;
 use crate::error::Error;
@@ -71,8 +73,8 @@ impl SelectionArguments {
 pub enum Candidates {
     /// The form without candidates: any item may win.
     Open,
-    /// The array given (None: SQL NULL, which is an error).
-    Listed(Option<Datum>),
+    /// The array given (None: SQL NULL, which is an error), and its argument position.
+    Listed { array: Option<Datum>, position: usize },
 }
 
 /// Where a form of a selection aggregate takes its parameters (0-based argument positions;
@@ -93,17 +95,18 @@ pub struct Form {
 pub struct ItemScores {
     pub item_type: ItemType,
     pub selection: Selection,
-    pub table: ScoreTable<Datum>,
-    /// Where the items are copied to: the aggregate's memory context.
+    pub table: ScoreTable<Datum, ContextAllocator>,
+    /// Where the items and the table live: the aggregate's memory context.
     memory: MemoryContext,
     /// The first row's candidates, to check that later rows pass the same array.
-    candidates: Option<(Datum, Vec<u8>)>,
+    candidates: Option<ArrayArgument>,
 }
 
 impl ItemScores {
     /// An empty state; with candidates, every listed item starts at score 0 and the table
     /// is closed to other items.
     fn new(
+        fcinfo: pg_sys::FunctionCallInfo,
         item_type: ItemType,
         selection: Selection,
         candidates: Candidates,
@@ -112,21 +115,21 @@ impl ItemScores {
         let mut state = Self {
             item_type,
             selection,
-            table: ScoreTable::new(),
+            table: ScoreTable::new_in(ContextAllocator(memory)),
             memory,
             candidates: None,
         };
-        if let Candidates::Listed(list) = candidates {
+        if let Candidates::Listed { array: list, position } = candidates {
             let array = list.ok_or(Error::InvalidParameter {
                 name: "candidates",
                 value: "NULL".into(),
-                requirement: "an array (an empty array gives NULL)",
+                requirement: "an array (an empty array gives NULL)".into(),
             })?;
             unsafe {
                 for candidate in item_type.array_elements(array) {
                     state.add(candidate, 0.0);
                 }
-                state.candidates = Some((array, array_image(array)));
+                state.candidates = Some(ArrayArgument::new(fcinfo, position, array));
             }
             state.table.close();
         }
@@ -149,12 +152,12 @@ impl ItemScores {
     fn check_row(&self, arguments: &SelectionArguments, candidates: Candidates) -> Result<(), Error> {
         arguments.check_unchanged(&self.selection)?;
         match (candidates, &self.candidates) {
-            (Candidates::Listed(Some(array)), Some((first, image)))
-                if array == *first || unsafe { array_image(array) } == *image =>
+            (Candidates::Listed { array: Some(array), .. }, Some(first))
+                if unsafe { first.is_same(array) } =>
             {
                 Ok(())
             }
-            (Candidates::Listed(_), _) => Err(Error::ParameterChanged {
+            (Candidates::Listed { .. }, _) => Err(Error::ParameterChanged {
                 name: "candidates",
                 first: "the array of the first row".into(),
                 now: "another array".into(),
@@ -162,21 +165,6 @@ impl ItemScores {
             (Candidates::Open, _) => Ok(()),
         }
     }
-}
-
-/// The bytes of an array, detoasted, to compare two candidate arrays.
-unsafe fn array_image(array: Datum) -> Vec<u8> {
-    let flat = pg_sys::pg_detoast_datum(array.cast_mut_ptr());
-    std::slice::from_raw_parts(flat as *const u8, pgrx::varsize_any(flat)).to_vec()
-}
-
-/// The aggregate's memory context; an error outside an aggregate.
-unsafe fn aggregate_memory(fcinfo: pg_sys::FunctionCallInfo, function: &'static str) -> MemoryContext {
-    let mut memory: MemoryContext = std::ptr::null_mut();
-    if pg_sys::AggCheckCallContext(fcinfo, &mut memory) == 0 {
-        raise(Error::NotInAggregate { function });
-    }
-    memory
 }
 
 /// The item type of this call (argument 1 of a transition or final function), checked
@@ -208,7 +196,7 @@ pub unsafe fn accumulate(
         let selection = arguments.validate().unwrap_or_else(|e| raise(e));
         let item_type = call_item_type(fcinfo);
         PgMemoryContexts::For(memory).switch_to(|_| {
-            let scores = ItemScores::new(item_type, selection, candidates, memory)
+            let scores = ItemScores::new(fcinfo, item_type, selection, candidates, memory)
                 .unwrap_or_else(|e| raise(e));
             state.insert(scores);
         });
@@ -262,13 +250,14 @@ pub unsafe fn final_state<'a>(
         },
     };
     let selection = arguments.validate().unwrap_or_else(|e| raise(e));
-    let candidates = match form.candidates.map(argument) {
+    let candidates = match form.candidates.map(|at| (at, argument(at))) {
         None => Candidates::Open,
-        Some(Argument::Unknown) => return None,
-        Some(Argument::Known(list)) => Candidates::Listed(list),
+        Some((_, Argument::Unknown)) => return None,
+        Some((position, Argument::Known(array))) => Candidates::Listed { array, position },
     };
     let memory = pg_sys::CurrentMemoryContext;
-    let scores = ItemScores::new(item_type, selection, candidates, memory).unwrap_or_else(|e| raise(e));
+    let scores = ItemScores::new(fcinfo, item_type, selection, candidates, memory)
+        .unwrap_or_else(|e| raise(e));
     Some(FinalState::NoRows(scores))
 }
 
@@ -323,8 +312,9 @@ pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, sec
         }
     } else {
         PgMemoryContexts::For(memory).switch_to(|_| {
-            let empty = ItemScores::new(other.item_type, other.selection, Candidates::Open, memory)
-                .unwrap_or_else(|e| raise(e));
+            let empty =
+                ItemScores::new(fcinfo, other.item_type, other.selection, Candidates::Open, memory)
+                    .unwrap_or_else(|e| raise(e));
             first.insert(empty);
         });
     }
@@ -343,17 +333,7 @@ pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, sec
 /// # Safety
 /// `fcinfo` must be the call info of an aggregate serialize function.
 pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Vec<u8> {
-    // Refuse to act as the final function of a home-made aggregate: that would hand out
-    // the exact scores.
-    let context = (*fcinfo).context;
-    let serializing = !context.is_null()
-        && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
-        && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_SERIALIZE != 0;
-    if !serializing {
-        raise(Error::NotInAggregate {
-            function: "dp_item_scores_serialize (the serial function of a partial aggregation)",
-        });
-    }
+    require_serializing(fcinfo, "dp_item_scores_serialize (the serial function of a partial aggregation)");
     let scores = state
         .get::<ItemScores>()
         .expect("the serialize function is strict in its state");
@@ -379,14 +359,15 @@ pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Ve
 ///
 /// # Safety
 /// `bytes` must come from [`serialize`] in the same cluster.
-pub unsafe fn deserialize(bytes: &[u8]) -> Internal {
+pub unsafe fn deserialize(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u8]) -> Internal {
     let serialized: SerializedItemScores =
         serde_cbor::from_slice(bytes).expect("a state written by dp_item_scores_serialize");
     let item_type = ItemType::lookup(serialized.type_oid.into(), serialized.collation.into())
         .unwrap_or_else(|e| raise(e));
     let memory = pg_sys::CurrentMemoryContext;
-    let mut scores = ItemScores::new(item_type, serialized.selection, Candidates::Open, memory)
-        .unwrap_or_else(|e| raise(e));
+    let mut scores =
+        ItemScores::new(fcinfo, item_type, serialized.selection, Candidates::Open, memory)
+            .unwrap_or_else(|e| raise(e));
     let mut offset = 0usize;
     for ((&hash, &score), &length) in serialized
         .hashes
@@ -420,8 +401,12 @@ fn dp_item_scores_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -
 }
 
 #[pg_extern(parallel_safe, strict)]
-fn dp_item_scores_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    unsafe { deserialize(bytes) }
+fn dp_item_scores_deserialize(
+    bytes: &[u8],
+    _unused: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    unsafe { deserialize(fcinfo, bytes) }
 }
 
 // Every selection aggregate: the same state type and support functions, its own

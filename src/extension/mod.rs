@@ -1,10 +1,13 @@
 //! The SQL layer: thin pgrx glue between PostgreSQL and the mechanisms.
 
+mod aggregate;
 mod argmax;
 mod arguments;
 pub mod guc;
 mod item_scores;
 mod items;
+mod memory;
+mod quantile;
 mod top_k;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
@@ -74,6 +77,7 @@ BEGIN
         EXECUTE format('COMMENT ON FUNCTION %s IS %L', f.signature,
             role || ' of ' ||
             CASE WHEN f.name LIKE 'dp_item_scores_%' THEN 'the selection aggregates (dp_argmax, dp_top_k, dp_top_k_unknown_domain)'
+                 WHEN f.name ~ '^dp_quantile_(combine|serialize|deserialize)$' THEN 'dp_quantile and dp_quantiles'
                  ELSE substring(f.name from '^(.*)_[a-z]+$') END ||
             '. Called by PostgreSQL inside the aggregate; not for direct use.');
     END LOOP;

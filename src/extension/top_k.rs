@@ -144,7 +144,10 @@ fn dp_top_k_trans_candidates(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
     let arguments = arguments(k, epsilon, max_score, None, None);
-    let candidates = Candidates::Listed(candidates.map(|array| array.datum()));
+    let candidates = Candidates::Listed {
+        array: candidates.map(|array| array.datum()),
+        position: 5,
+    };
     unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
 }
 
@@ -427,8 +430,8 @@ mod tests {
             ("dp_top_k_unknown_domain(item, score, 2, 1.0, 1)", "delta must be greater than 0 and less than 1, got 1"),
             ("dp_top_k_unknown_domain(item, score, 2, 1.0, -0.5, 1)", "delta must be greater than 0 and less than 1, got -0.5"),
             ("dp_top_k_unknown_domain(item, score, 2, 1.0, 'NaN', 1, 3)", "delta must be greater than 0 and less than 1, got NaN"),
-            ("dp_top_k_unknown_domain(item, score, 2, 1.0, 0.1, 1, 1)", "k_bar must be at least k, got 1"),
-            ("dp_top_k_unknown_domain(item, score, 2, 1.0, 0.1, 1, NULL)", "k_bar must be at least k, got NULL"),
+            ("dp_top_k_unknown_domain(item, score, 2, 1.0, 0.1, 1, 1)", "k_bar must be at least k (2), got 1"),
+            ("dp_top_k_unknown_domain(item, score, 2, 1.0, 0.1, 1, NULL)", "k_bar must be at least k (2), got NULL"),
             ("dp_top_k_unknown_domain(item, score, 2, 'Infinity', 0.1)", "epsilon must be finite and greater than 0, got Infinity"),
         ];
         for (call, message) in cases {

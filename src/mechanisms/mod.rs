@@ -2,6 +2,7 @@
 //! without a database.
 
 pub mod gumbel;
+pub mod quantile;
 pub mod rng;
 pub mod scores;
 pub mod top_k;

@@ -5,6 +5,8 @@
 //! keeps this module free of database types. Scores are kept in units of Δ = max_score,
 //! so that every row adds a number in [0, 1] and no sum can overflow.
 
+use allocator_api2::alloc::{Allocator, Global};
+use allocator_api2::vec::Vec as AllocVec;
 use hashbrown::HashTable;
 
 /// What one row adds to its item's score, in units of `max_score`.
@@ -27,22 +29,19 @@ pub struct ItemScore<I> {
     pub score: f64,
 }
 
-/// Item scores, insertion-ordered, with a hash index over them.
+/// Item scores, insertion-ordered, with a hash index over them. `A` allocates both (the
+/// SQL layer passes PostgreSQL's aggregate memory context).
 #[derive(Debug, Clone)]
-pub struct ScoreTable<I> {
-    entries: Vec<ItemScore<I>>,
-    index: HashTable<u32>,
+pub struct ScoreTable<I, A: Allocator + Clone = Global> {
+    entries: AllocVec<ItemScore<I>, A>,
+    index: HashTable<u32, A>,
     /// False once the candidate set is fixed: rows of other items are then ignored.
     open: bool,
 }
 
 impl<I> Default for ScoreTable<I> {
     fn default() -> Self {
-        Self {
-            entries: Vec::new(),
-            index: HashTable::new(),
-            open: true,
-        }
+        Self::new_in(Global)
     }
 }
 
@@ -56,6 +55,17 @@ impl<I> ScoreTable<I> {
     /// An empty table that accepts any item.
     pub fn new() -> Self {
         Self::default()
+    }
+}
+
+impl<I, A: Allocator + Clone> ScoreTable<I, A> {
+    /// An empty table that accepts any item, allocating with `allocator`.
+    pub fn new_in(allocator: A) -> Self {
+        Self {
+            entries: AllocVec::new_in(allocator.clone()),
+            index: HashTable::new_in(allocator),
+            open: true,
+        }
     }
 
     /// Fixes the candidate set to the items present now: later rows of other items are

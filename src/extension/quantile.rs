@@ -1,0 +1,542 @@
+//! dp_quantile and dp_quantiles: the exponential mechanism on a public grid, from one
+//! histogram per group (mechanisms::quantile).
+
+use super::aggregate::{aggregate_memory, require_serializing};
+use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::memory::ContextAllocator;
+use super::{guc, raise};
+use crate::error::Error;
+use crate::mechanisms::quantile::{sample_quantile, sample_quantiles, Grid, Histogram};
+use crate::mechanisms::rng;
+use crate::parameters;
+use pgrx::pg_sys::{self, Datum};
+use pgrx::prelude::*;
+use pgrx::{AnyArray, Internal, PgMemoryContexts};
+use serde::{Deserialize, Serialize};
+
+/// The parameters of one quantile aggregate, fixed by its first row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct QuantileParameters {
+    grid: Grid,
+    /// One alpha for dp_quantile, several for dp_quantiles.
+    alphas: Vec<f64>,
+    epsilon: f64,
+}
+
+/// The alpha argument(s) of a call.
+#[derive(Debug, Clone, Copy)]
+enum Alphas {
+    One(Option<f64>),
+    /// A float8[] (None: SQL NULL).
+    Many(Option<Datum>),
+}
+
+/// The parameters as one row (or the call) gives them, before validation.
+#[derive(Debug, Clone, Copy)]
+struct QuantileArguments {
+    alphas: Alphas,
+    lo: Option<f64>,
+    hi: Option<f64>,
+    epsilon: Option<f64>,
+}
+
+/// The elements of a float8[] (NULL elements as None).
+unsafe fn float_array(array: Datum) -> Vec<Option<f64>> {
+    let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+    let mut values: *mut Datum = std::ptr::null_mut();
+    let mut nulls: *mut bool = std::ptr::null_mut();
+    let mut count = 0;
+    pg_sys::deconstruct_array(
+        array,
+        pg_sys::FLOAT8OID,
+        8,
+        true,
+        pg_sys::TYPALIGN_DOUBLE as std::ffi::c_char,
+        &mut values,
+        &mut nulls,
+        &mut count,
+    );
+    (0..count as usize)
+        .map(|i| (!*nulls.add(i)).then(|| f64::from_bits((*values.add(i)).value() as u64)))
+        .collect()
+}
+
+impl QuantileArguments {
+    fn validate(&self) -> Result<QuantileParameters, Error> {
+        let alphas = match self.alphas {
+            Alphas::One(alpha) => vec![parameters::alpha(alpha)?],
+            Alphas::Many(array) => {
+                let values = array.map(|a| unsafe { float_array(a) });
+                parameters::alphas(values.as_deref())?
+            }
+        };
+        let (lo, hi) = parameters::bounds(self.lo, self.hi)?;
+        let epsilon = parameters::epsilon(self.epsilon)?;
+        let grid = Grid {
+            lo,
+            hi,
+            size: guc::quantile_grid_size(),
+        };
+        Ok(QuantileParameters {
+            grid,
+            alphas,
+            epsilon,
+        })
+    }
+}
+
+/// The state of one group: its parameters and the histogram of its values.
+struct QuantileState {
+    parameters: QuantileParameters,
+    histogram: Histogram<ContextAllocator>,
+    /// dp_quantiles: the first row's alphas, to check that later rows pass the same.
+    alphas: Option<ArrayArgument>,
+}
+
+impl QuantileState {
+    fn new(parameters: QuantileParameters, memory: pg_sys::MemoryContext) -> Self {
+        let histogram = Histogram::new_in(parameters.grid.size, ContextAllocator(memory));
+        Self {
+            parameters,
+            histogram,
+            alphas: None,
+        }
+    }
+
+    /// Later rows must pass the parameters of the first.
+    fn check_row(&self, arguments: &QuantileArguments) -> Result<(), Error> {
+        let first = &self.parameters;
+        match (arguments.alphas, &self.alphas) {
+            (Alphas::One(alpha), _) => parameters::unchanged("alpha", first.alphas[0], alpha)?,
+            (Alphas::Many(Some(array)), Some(alphas)) if unsafe { alphas.is_same(array) } => {}
+            (Alphas::Many(_), _) => {
+                return Err(Error::ParameterChanged {
+                    name: "alphas",
+                    first: "the array of the first row".into(),
+                    now: "another array".into(),
+                })
+            }
+        }
+        parameters::unchanged("lo", first.grid.lo, arguments.lo)?;
+        parameters::unchanged("hi", first.grid.hi, arguments.hi)?;
+        parameters::unchanged("epsilon", first.epsilon, arguments.epsilon)
+    }
+}
+
+/// The transition step of both quantile aggregates. NULL and NaN values are skipped;
+/// ±∞ clamp to the ends of the grid.
+unsafe fn accumulate(
+    fcinfo: pg_sys::FunctionCallInfo,
+    mut state: Internal,
+    value: Option<f64>,
+    arguments: QuantileArguments,
+) -> Internal {
+    if let Some(quantiles) = state.get::<QuantileState>() {
+        quantiles.check_row(&arguments).unwrap_or_else(|e| raise(e));
+    } else {
+        let memory = aggregate_memory(fcinfo, "a quantile transition function");
+        let parameters = arguments.validate().unwrap_or_else(|e| raise(e));
+        PgMemoryContexts::For(memory).switch_to(|_| {
+            let mut quantiles = QuantileState::new(parameters, memory);
+            if let Alphas::Many(Some(array)) = arguments.alphas {
+                quantiles.alphas = Some(ArrayArgument::new(fcinfo, 1, array));
+            }
+            state.insert(quantiles);
+        });
+    }
+    let quantiles = state.get_mut::<QuantileState>().expect("the state was just made");
+    if let Some(value) = value.filter(|v| !v.is_nan()) {
+        let cell = quantiles.parameters.grid.cell(value);
+        quantiles.histogram.add(cell);
+    }
+    state
+}
+
+/// What the final functions sample from: the parameters and the occupied cells, or with
+/// no rows the parameters read from the call and no cell (a uniform draw from the grid).
+/// None when an argument depends on the rows: the answer is then NULL.
+unsafe fn final_histogram(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &Internal,
+    many: bool,
+) -> Option<(QuantileParameters, Vec<(u32, u64)>)> {
+    if let Some(quantiles) = state.get::<QuantileState>() {
+        return Some((quantiles.parameters.clone(), quantiles.histogram.occupied()));
+    }
+    let argument = |at: usize| aggregate_argument(fcinfo, at);
+    let alphas = if many {
+        match argument(1) {
+            Argument::Known(array) => Alphas::Many(array),
+            Argument::Unknown => return None,
+        }
+    } else {
+        Alphas::One(argument(1).float()?)
+    };
+    let arguments = QuantileArguments {
+        alphas,
+        lo: argument(2).float()?,
+        hi: argument(3).float()?,
+        epsilon: argument(4).float()?,
+    };
+    let parameters = arguments.validate().unwrap_or_else(|e| raise(e));
+    Some((parameters, Vec::new()))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_trans(
+    state: Internal,
+    value: Option<f64>,
+    alpha: Option<f64>,
+    lo: Option<f64>,
+    hi: Option<f64>,
+    epsilon: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    let arguments = QuantileArguments {
+        alphas: Alphas::One(alpha),
+        lo,
+        hi,
+        epsilon,
+    };
+    unsafe { accumulate(fcinfo, state, value, arguments) }
+}
+
+/// The aggregate takes `alphas double precision[]`; the transition function declares it
+/// `anyarray` so that no row pays for unboxing an array (the aggregate's own signature
+/// still coerces the argument to double precision[]).
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_trans(
+    state: Internal,
+    value: Option<f64>,
+    alphas: Option<AnyArray>,
+    lo: Option<f64>,
+    hi: Option<f64>,
+    epsilon: Option<f64>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    let arguments = QuantileArguments {
+        alphas: Alphas::Many(alphas.map(|array| array.datum())),
+        lo,
+        hi,
+        epsilon,
+    };
+    unsafe { accumulate(fcinfo, state, value, arguments) }
+}
+
+/// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).
+#[pg_extern(parallel_safe)]
+fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
+    let (parameters, occupied) = unsafe { final_histogram(fcinfo, &state, false) }?;
+    let grid = parameters.grid;
+    let point = rng::with_generator(guc::seeding(), |rng| {
+        sample_quantile(&occupied, grid.size, parameters.alphas[0], parameters.epsilon, rng)
+    });
+    Some(grid.point(point))
+}
+
+/// One answer per alpha at ε/m each, ordered like the alphas.
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
+    let (parameters, occupied) = unsafe { final_histogram(fcinfo, &state, true) }?;
+    let grid = parameters.grid;
+    let points = rng::with_generator(guc::seeding(), |rng| {
+        sample_quantiles(&occupied, grid.size, &parameters.alphas, parameters.epsilon, rng)
+    });
+    Some(points.into_iter().map(|j| grid.point(j)).collect())
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_combine(first: Internal, second: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Internal {
+    let mut first = first;
+    unsafe {
+        let memory = aggregate_memory(fcinfo, "dp_quantile_combine");
+        let Some(other) = second.get::<QuantileState>() else {
+            return first;
+        };
+        if let Some(quantiles) = first.get::<QuantileState>() {
+            if quantiles.parameters != other.parameters {
+                raise(Error::ParameterChanged {
+                    name: "the parameters",
+                    first: format!("{:?}", quantiles.parameters),
+                    now: format!("{:?}", other.parameters),
+                });
+            }
+        } else {
+            PgMemoryContexts::For(memory).switch_to(|_| {
+                first.insert(QuantileState::new(other.parameters.clone(), memory));
+            });
+        }
+        let quantiles = first.get_mut::<QuantileState>().expect("the state was just made");
+        quantiles.histogram.merge(&other.histogram);
+    }
+    first
+}
+
+/// What dp_quantile_serialize writes: the parameters and the occupied cells.
+#[derive(Serialize, Deserialize)]
+struct SerializedQuantiles {
+    parameters: QuantileParameters,
+    cells: Vec<u32>,
+    counts: Vec<u64>,
+}
+
+#[pg_extern(parallel_safe, strict)]
+fn dp_quantile_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Vec<u8> {
+    unsafe { require_serializing(fcinfo, "dp_quantile_serialize (the serial function of a partial aggregation)") };
+    let quantiles = unsafe { state.get::<QuantileState>() }.expect("strict in its state");
+    let (cells, counts) = quantiles.histogram.occupied().into_iter().unzip();
+    let serialized = SerializedQuantiles {
+        parameters: quantiles.parameters.clone(),
+        cells,
+        counts,
+    };
+    serde_cbor::to_vec(&serialized).expect("the state serializes")
+}
+
+#[pg_extern(parallel_safe, strict)]
+fn dp_quantile_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
+    let serialized: SerializedQuantiles =
+        serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
+    let mut quantiles = QuantileState::new(serialized.parameters, unsafe { pg_sys::CurrentMemoryContext });
+    let occupied: Vec<(u32, u64)> = serialized.cells.into_iter().zip(serialized.counts).collect();
+    quantiles.histogram.add_counts(&occupied);
+    Internal::new(quantiles)
+}
+
+extension_sql!(
+    r#"
+CREATE AGGREGATE dp_quantile(value double precision, alpha double precision,
+                             lo double precision, hi double precision, epsilon double precision) (
+    SFUNC = dp_quantile_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantile_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE dp_quantiles(value double precision, alphas double precision[],
+                              lo double precision, hi double precision, epsilon double precision) (
+    SFUNC = dp_quantiles_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantiles_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE dp_quantile(double precision, double precision, double precision, double precision, double precision) IS
+'Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted at their nearest grid point; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+COMMENT ON AGGREGATE dp_quantiles(double precision, double precision[], double precision, double precision, double precision) IS
+'Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.';
+"#,
+    name = "quantile_aggregates",
+    requires = [
+        dp_quantile_trans,
+        dp_quantiles_trans,
+        dp_quantile_final,
+        dp_quantiles_final,
+        dp_quantile_combine,
+        dp_quantile_serialize,
+        dp_quantile_deserialize
+    ],
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::extension::sql_testing::{
+        assert_parallel, column, counts_of, error_of, force_parallel_plans, frequencies, run, DRAWS,
+    };
+    use crate::mechanisms::quantile::{temperature, Grid};
+    use crate::testing::{assert_matches_distribution, normalise_log_weights, quantile_distribution};
+    use pgrx::prelude::*;
+
+    /// On a coarse grid (lo 0, hi 20, K = 20), values on grid points and between them,
+    /// plus the values every quantile must survive: NULL and NaN (skipped), ±∞ (clamped).
+    const VALUES: &str = "(2), (2), (2.4), (4.6), (5), (9), (13), (13), (20), (NULL), ('NaN'),
+                          ('Infinity'), ('-Infinity'), (-7), (35)";
+
+    /// The cells the values above count in: 2.4 → 2, 4.6 → 5, ∞ and 35 → 20, −∞ and −7 → 0.
+    fn cells() -> Vec<u32> {
+        let grid = Grid { lo: 0.0, hi: 20.0, size: 20 };
+        let values = [2.0, 2.0, 2.4, 4.6, 5.0, 9.0, 13.0, 13.0, 20.0, f64::INFINITY, f64::NEG_INFINITY, -7.0, 35.0];
+        let cells: Vec<u32> = values.iter().map(|&v| grid.cell(v)).collect();
+        assert_eq!(cells, [2, 2, 2, 5, 5, 9, 13, 13, 20, 20, 0, 0, 20]);
+        cells
+    }
+
+    fn grid_table() {
+        run(&[
+            "SET pg_exp_mech.seed = 31",
+            "SET pg_exp_mech.quantile_grid_size = 20",
+            "CREATE TABLE grid_values(v float8)",
+            &format!("INSERT INTO grid_values VALUES {VALUES}"),
+            &format!("CREATE TABLE grid_draws AS SELECT g, v FROM grid_values, generate_series(1, {DRAWS}) g"),
+            "ANALYZE grid_draws",
+        ]);
+    }
+
+    /// 20,000 answers against the exact distribution, which must also tell apart the
+    /// textbook temperature (2·) and the off-by-one #{x ≤ c}.
+    fn check(query: &str, alpha: f64, epsilon: f64) {
+        let names: Vec<String> = (0..=20).map(|j| j.to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let counts = counts_of(&frequencies(query), &names);
+        assert_eq!(counts.iter().sum::<u64>(), DRAWS as u64);
+        let t = temperature(alpha, epsilon);
+        let exact = quantile_distribution(&cells(), 20, alpha, t, true);
+        assert_matches_distribution(&counts, &exact, &quantile_distribution(&cells(), 20, alpha, 2.0 * t, true));
+        assert_matches_distribution(&counts, &exact, &quantile_distribution(&cells(), 20, alpha, t, false));
+    }
+
+    #[pg_test]
+    fn quantile_median_distribution() {
+        grid_table();
+        check("SELECT dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_draws GROUP BY g", 0.5, 1.0);
+    }
+
+    #[pg_test]
+    fn quantile_high_alpha_distribution_in_a_parallel_plan() {
+        grid_table();
+        force_parallel_plans();
+        let query = "SELECT dp_quantile(v, 0.9, 0, 20, 2.0) FROM grid_draws GROUP BY g";
+        assert_parallel(query);
+        check(query, 0.9, 2.0);
+    }
+
+    #[pg_test]
+    fn quantiles_spend_epsilon_over_m_and_keep_the_order_of_alphas() {
+        grid_table();
+        // Two equal alphas at ε = 2: each answer follows dp_quantile at ε = 1 (sorting a
+        // pair keeps its multiset).
+        check(
+            &format!(
+                "SELECT unnest(dp_quantiles(v, '{{0.1, 0.1}}', 0, 20, 4.0)) FROM grid_draws WHERE g <= {} GROUP BY g",
+                DRAWS / 2
+            ),
+            0.1,
+            2.0,
+        );
+        let unordered = column(
+            "SELECT count(*)::text FROM (
+                 SELECT dp_quantiles(v, '{0.9, 0.1, 0.5}', 0, 20, 0.3) AS q FROM grid_draws GROUP BY g) s
+              WHERE NOT (q[2] <= q[3] AND q[3] <= q[1])",
+        );
+        assert_eq!(unordered, ["0"]);
+    }
+
+    #[pg_test]
+    fn quantile_empty_input_is_a_uniform_grid_point() {
+        run(&["SET pg_exp_mech.seed = 32", "SET pg_exp_mech.quantile_grid_size = 10", "CREATE TABLE nothing(v float8)"]);
+        let names: Vec<String> = (0..=10).map(|j| (j * 10).to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let counts = counts_of(
+            &frequencies("SELECT (SELECT dp_quantile(v, 0.5, 0, 100, 1.0) FROM nothing WHERE v > g) FROM generate_series(1, 11000) g"),
+            &names,
+        );
+        let uniform = vec![1.0 / 11.0; 11];
+        let mut skewed = vec![0.0; 11];
+        skewed[5] = 1.0;
+        assert_matches_distribution(&counts, &uniform, &normalise_log_weights(&skewed));
+        let answers = column(
+            "SELECT array_length(dp_quantiles(v, '{0.1, 0.9}', 0, 100, 1.0), 1)::text FROM nothing
+             UNION ALL SELECT dp_quantile(v, 0.5, 0, 100, v)::text FROM nothing
+             UNION ALL SELECT dp_quantile(v, 0.5, v, 100, 1.0)::text FROM nothing",
+        );
+        // Two answers even with no row; NULL when a parameter depends on the rows.
+        assert_eq!(answers, ["2", "NULL", "NULL"]);
+    }
+
+    #[pg_test]
+    fn quantile_accepts_integer_numeric_and_real_columns() {
+        run(&["SET pg_exp_mech.quantile_grid_size = 200", "CREATE TABLE typed AS SELECT i, i::bigint AS b, i::numeric AS n, i::real AS r FROM generate_series(1, 101) i"]);
+        // At ε = 1e6 the answer is the quantile of 1..101 on the integer grid: the unique
+        // c with (1 − α)·#{x < c} = α·#{x > c}.
+        let answers = column(
+            "SELECT dp_quantile(i, 0.5, 0, 200, 1e6)::text FROM typed
+             UNION ALL SELECT dp_quantile(b, 0.5, 0, 200, 1e6)::text FROM typed
+             UNION ALL SELECT dp_quantile(n, 0.5, 0, 200, 1e6)::text FROM typed
+             UNION ALL SELECT dp_quantile(r, 0.5, 0, 200, 1e6)::text FROM typed
+             UNION ALL SELECT dp_quantiles(i, ARRAY[0.25, 0.75], 0, 200, 1e6)::text FROM typed",
+        );
+        assert_eq!(answers, ["51", "51", "51", "51", "{26,76}"]);
+    }
+
+    #[pg_test]
+    fn quantile_invalid_parameters_raise_22023() {
+        run(&["CREATE TABLE some_values AS SELECT i::float8 AS v FROM generate_series(1, 10) i"]);
+        let cases = [
+            ("dp_quantile(v, NULL, 0, 1, 1)", "alpha must be between 0 and 1, got NULL"),
+            ("dp_quantile(v, -0.1, 0, 1, 1)", "alpha must be between 0 and 1, got -0.1"),
+            ("dp_quantile(v, 1.5, 0, 1, 1)", "alpha must be between 0 and 1, got 1.5"),
+            ("dp_quantile(v, 'NaN', 0, 1, 1)", "alpha must be between 0 and 1, got NaN"),
+            ("dp_quantile(v, 0.5, 1, 1, 1)", "hi must be greater than lo (1), got 1"),
+            ("dp_quantile(v, 0.5, 2, 1, 1)", "hi must be greater than lo (2), got 1"),
+            ("dp_quantile(v, 0.5, '-Infinity', 1, 1)", "lo must be finite, got -Infinity"),
+            ("dp_quantile(v, 0.5, NULL, 1, 1)", "lo must be finite, got NULL"),
+            ("dp_quantile(v, 0.5, 0, 'Infinity', 1)", "hi must be finite, got Infinity"),
+            ("dp_quantile(v, 0.5, 0, 'NaN', 1)", "hi must be finite, got NaN"),
+            ("dp_quantile(v, 0.5, -1e308, 1e308, 1)", "hi must be within the largest finite double of lo (-1e+308), got 1e+308"),
+            ("dp_quantile(v, 0.5, 0, 1, 0)", "epsilon must be finite and greater than 0, got 0"),
+            ("dp_quantile(v, 0.5, 0, 1, NULL)", "epsilon must be finite and greater than 0, got NULL"),
+            ("dp_quantile(v, 0.5, 0, 1, 'NaN')", "epsilon must be finite and greater than 0, got NaN"),
+            ("dp_quantile(v, 0.5, 0, 1, 'Infinity')", "epsilon must be finite and greater than 0, got Infinity"),
+            ("dp_quantiles(v, NULL, 0, 1, 1)", "alphas must be a non-empty array, got NULL"),
+            ("dp_quantiles(v, '{}', 0, 1, 1)", "alphas must be a non-empty array, got {}"),
+            ("dp_quantiles(v, '{0.5, NULL}', 0, 1, 1)", "alphas must be between 0 and 1, got NULL"),
+            ("dp_quantiles(v, '{0.5, 2}', 0, 1, 1)", "alphas must be between 0 and 1, got 2"),
+            ("dp_quantiles(v, '{0.5}', 3, 1, 1)", "hi must be greater than lo (3), got 1"),
+        ];
+        for (call, message) in cases {
+            for filter in ["", "WHERE false"] {
+                assert_eq!(
+                    error_of(&format!("SELECT {call} FROM some_values {filter}")),
+                    format!("22023: {message}"),
+                    "{call} {filter}"
+                );
+            }
+        }
+        let changing = [
+            ("dp_quantile(v, v / 100, 0, 1, 1)", "alpha must be the same on every row of an aggregate, got 0.01 and then 0.02"),
+            ("dp_quantile(v, 0.5, v - 100, 1, 1)", "lo must be the same on every row of an aggregate, got -99 and then -98"),
+            ("dp_quantile(v, 0.5, 0, v + 100, 1)", "hi must be the same on every row of an aggregate, got 101 and then 102"),
+            ("dp_quantile(v, 0.5, 0, 1, v)", "epsilon must be the same on every row of an aggregate, got 1 and then 2"),
+            ("dp_quantiles(v, ARRAY[v / 100], 0, 1, 1)", "alphas must be the same on every row of an aggregate, got the array of the first row and then another array"),
+        ];
+        for (call, message) in changing {
+            assert_eq!(
+                error_of(&format!("SELECT {call} FROM (SELECT v FROM some_values ORDER BY v) s")),
+                format!("22023: {message}"),
+                "{call}"
+            );
+        }
+    }
+
+    /// Memory, as PostgreSQL accounts it (the histograms live in the aggregate's memory
+    /// context): EXPLAIN ANALYZE of a hash aggregation reports its peak.
+    fn hash_aggregate_memory_kb(query: &str) -> u64 {
+        let plan = column(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {query}")).join("\n");
+        assert!(plan.contains("HashAggregate") && plan.contains("Batches: 1 "), "{plan}");
+        let at = plan.find("Memory Usage: ").expect("hash aggregation reports its memory") + "Memory Usage: ".len();
+        plan[at..].split("kB").next().unwrap().trim().parse().unwrap()
+    }
+
+    /// One group of 10^6 values uses about K + 1 = 2^20 + 1 counters of 8 bytes (8 MiB):
+    /// bound 9 MiB. 10^4 groups of 100 values use sparse cells each: bound 2.5 KiB per
+    /// group with PostgreSQL's own hash table and palloc's rounding, 25 MiB in all.
+    #[pg_test]
+    fn quantile_memory_stays_within_its_bounds() {
+        run(&[
+            "SET LOCAL work_mem = '1GB'",
+            "SET LOCAL max_parallel_workers_per_gather = 0",
+            // Stored group keys, so that PostgreSQL sizes its own hash table for the true
+            // number of groups (its buckets count in the reported memory too).
+            "CREATE TABLE million AS
+             SELECT 1 AS one, i % 10000 AS g, (i::bigint * 7919 % 1000000)::float8 AS v
+               FROM generate_series(1, 1000000) i",
+            "ANALYZE million",
+        ]);
+        let one_group = hash_aggregate_memory_kb("SELECT one, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY one");
+        assert!(one_group <= 9 * 1024, "one group: {one_group} kB");
+        assert!(one_group >= 8 * 1024, "the dense histogram is accounted: {one_group} kB");
+        let many_groups = hash_aggregate_memory_kb("SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY g");
+        assert!(many_groups <= 25 * 1024, "10^4 groups: {many_groups} kB");
+    }
+}
