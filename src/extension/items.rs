@@ -128,23 +128,9 @@ impl ItemType {
     /// # Safety
     /// `array` must be a valid, non-NULL array whose element type is this type.
     pub unsafe fn array_elements(&self, array: Datum) -> Vec<Datum> {
-        let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-        let mut values: *mut Datum = std::ptr::null_mut();
-        let mut nulls: *mut bool = std::ptr::null_mut();
-        let mut count = 0;
-        pg_sys::deconstruct_array(
-            array,
-            self.type_oid,
-            self.length as i32,
-            self.by_value,
-            self.alignment,
-            &mut values,
-            &mut nulls,
-            &mut count,
-        );
-        (0..count as usize)
-            .filter(|&i| !*nulls.add(i))
-            .map(|i| *values.add(i))
+        array_elements(array, self.type_oid, self.length, self.by_value, self.alignment)
+            .into_iter()
+            .flatten()
             .collect()
     }
 
@@ -162,4 +148,34 @@ impl ItemType {
             Datum::from(array)
         }
     }
+}
+
+/// The elements of an array (None for NULL), given its element type's layout.
+///
+/// # Safety
+/// `array` must be a valid, non-NULL array whose elements have this type and layout.
+pub unsafe fn array_elements(
+    array: Datum,
+    element_type: Oid,
+    length: i16,
+    by_value: bool,
+    alignment: c_char,
+) -> Vec<Option<Datum>> {
+    let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+    let mut values: *mut Datum = std::ptr::null_mut();
+    let mut nulls: *mut bool = std::ptr::null_mut();
+    let mut count = 0;
+    pg_sys::deconstruct_array(
+        array,
+        element_type,
+        length as i32,
+        by_value,
+        alignment,
+        &mut values,
+        &mut nulls,
+        &mut count,
+    );
+    (0..count as usize)
+        .map(|i| (!*nulls.add(i)).then(|| *values.add(i)))
+        .collect()
 }

@@ -3,6 +3,7 @@
 
 use super::aggregate::{aggregate_memory, require_serializing};
 use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::items::array_elements;
 use super::memory::ContextAllocator;
 use super::{guc, raise};
 use crate::error::Error;
@@ -42,22 +43,10 @@ struct QuantileArguments {
 
 /// The elements of a float8[] (NULL elements as None).
 unsafe fn float_array(array: Datum) -> Vec<Option<f64>> {
-    let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-    let mut values: *mut Datum = std::ptr::null_mut();
-    let mut nulls: *mut bool = std::ptr::null_mut();
-    let mut count = 0;
-    pg_sys::deconstruct_array(
-        array,
-        pg_sys::FLOAT8OID,
-        8,
-        true,
-        pg_sys::TYPALIGN_DOUBLE as std::ffi::c_char,
-        &mut values,
-        &mut nulls,
-        &mut count,
-    );
-    (0..count as usize)
-        .map(|i| (!*nulls.add(i)).then(|| f64::from_bits((*values.add(i)).value() as u64)))
+    let alignment = pg_sys::TYPALIGN_DOUBLE as std::ffi::c_char;
+    array_elements(array, pg_sys::FLOAT8OID, 8, true, alignment)
+        .into_iter()
+        .map(|element| element.map(|d| f64::from_bits(d.value() as u64)))
         .collect()
 }
 
