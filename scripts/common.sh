@@ -67,9 +67,10 @@ free_port() {
     echo "$port"
 }
 
-# Creates (or re-creates) a cluster in $1 listening on port $2, with the Unix socket in $1.
-# Local (socket) connections are trusted; TCP connections need a password (scram).
-# Further arguments are postgresql.conf lines.
+# Creates (or re-creates) a cluster in $1 listening on port $2, with the Unix socket in $1,
+# and pg_exp_mech preloaded (privacy budgets live in shared memory). Local (socket)
+# connections are trusted; TCP connections need a password (scram). Further arguments
+# are postgresql.conf lines.
 start_cluster() {
     local dir="$1" port="$2"; shift 2
     stop_cluster "$dir"
@@ -83,9 +84,11 @@ start_cluster() {
         echo "listen_addresses = '127.0.0.1'"
         echo "unix_socket_directories = '$dir'"
         echo "max_connections = 40"
+        echo "shared_preload_libraries = 'pg_exp_mech'"
         for line in "$@"; do echo "$line"; done
     } | as_owner tee -a "$dir/data/postgresql.conf" >/dev/null
-    as_owner "$(pg_bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+    # A Rust backtrace in every error detail helps nobody who runs SQL.
+    as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
 }
 
 stop_cluster() {

@@ -16,7 +16,15 @@ cluster_psql "$DIR" "$PORT" -q -d demo -c "CREATE EXTENSION pg_exp_mech"
 say "loading data/adult.csv (UCI Adult, 32,561 people)"
 cluster_psql "$DIR" "$PORT" -q -d demo -f scripts/load_adult.sql
 say "differentially private queries"
-cluster_psql "$DIR" "$PORT" -d demo -f scripts/demo.sql
+# The analyst of step 6 logs in over TCP with this password.
+PGPASSWORD=analyst-demo-password cluster_psql "$DIR" "$PORT" -d demo -v socket="$DIR" -f scripts/demo.sql 2>&1 \
+    | grep -v '^LOCATION:'
+
+cat <<EOF
+
+Privacy budgets need pg_exp_mech in shared_preload_libraries: this cluster has it. The
+ledger is $DIR/data/pg_exp_mech/ledger.
+EOF
 
 cat <<EOF
 

@@ -75,3 +75,31 @@ RESET pg_exp_mech.quantile_grid_size;
 SELECT epsilon, dp_quantile(age, 0.5, 0, 100, epsilon) AS private_median
   FROM adult, unnest(ARRAY[1, 0.1, 0.01]::float8[]) epsilon
  GROUP BY epsilon ORDER BY epsilon DESC;
+
+\echo
+\echo '6. A DP-only view with a privacy budget. The DBA creates a login role, a view with a'
+\echo 'DP aggregate, grants SELECT on the view only, and gives the role epsilon = 1.2 in all:'
+CREATE ROLE analyst LOGIN PASSWORD 'analyst-demo-password';
+CREATE VIEW top_status AS SELECT dp_argmax(marital_status, 1, 0.5) AS most_common_status FROM adult;
+GRANT SELECT ON top_status TO analyst;
+SELECT dp_budget_set('analyst', 1.2);
+\connect - analyst 127.0.0.1
+\echo 'Now as analyst, over TCP with a password. Each read of the view costs 0.5:'
+SELECT * FROM top_status;
+SELECT dp_budget_remaining();
+SELECT * FROM top_status;
+\echo 'The third read would need 0.5 with 0.2 left: refused (SQLSTATE 53400), no answer.'
+\echo 'EXPLAIN ANALYZE (exact row counts) and the table itself are refused too:'
+\set ON_ERROR_STOP off
+\set VERBOSITY verbose
+SELECT * FROM top_status;
+EXPLAIN ANALYZE SELECT * FROM top_status;
+SELECT count(*) FROM adult;
+\set VERBOSITY default
+\set ON_ERROR_STOP on
+\connect - postgres :socket
+\echo 'Back as the DBA: the budgets (the DBA''s own queries above were recorded too, without'
+\echo 'a limit) and the analyst''s part of the ledger, kept outside any transaction:'
+SELECT * FROM dp_budget ORDER BY role::text;
+SELECT at, role, kind, epsilon, aggregate, statement FROM dp_ledger
+ WHERE role = 'analyst'::regrole ORDER BY at;

@@ -25,6 +25,26 @@ pub enum Error {
     NoHashFunction { type_name: String },
     /// A support function was called outside an aggregate (0A000).
     NotInAggregate { function: &'static str },
+    /// A charge would exceed the role's privacy budget (53400).
+    BudgetExceeded {
+        role: String,
+        aggregate: &'static str,
+        epsilon: f64,
+        remaining: f64,
+        limit: f64,
+    },
+    /// pg_exp_mech.require_budget is on and the role has no budget (42501).
+    NoBudget { role: String },
+    /// EXPLAIN ANALYZE of a statement with DP aggregates, by a role with a budget (42501).
+    ExplainAnalyzeRefused { role: String },
+    /// The ledger is for budget administrators only (42501).
+    NotBudgetAdministrator { role: String },
+    /// Budgets are configured but cannot be enforced in this session (55000).
+    BudgetsUnavailable { reason: String },
+    /// The shared table of accounts is full (54000).
+    TooManyRoles { capacity: usize },
+    /// The ledger could not be written (58030).
+    LedgerWrite { reason: String },
 }
 
 impl Error {
@@ -34,6 +54,13 @@ impl Error {
             Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => "22023",
             Error::NoHashFunction { .. } => "42883",
             Error::NotInAggregate { .. } => "0A000",
+            Error::BudgetExceeded { .. } => "53400",
+            Error::NoBudget { .. }
+            | Error::ExplainAnalyzeRefused { .. }
+            | Error::NotBudgetAdministrator { .. } => "42501",
+            Error::BudgetsUnavailable { .. } => "55000",
+            Error::TooManyRoles { .. } => "54000",
+            Error::LedgerWrite { .. } => "58030",
         }
     }
 
@@ -65,6 +92,39 @@ impl fmt::Display for Error {
             Error::NotInAggregate { function } => {
                 write!(f, "{function} can only be called as part of an aggregate")
             }
+            Error::BudgetExceeded {
+                role,
+                aggregate,
+                epsilon,
+                remaining,
+                limit,
+            } => write!(
+                f,
+                "privacy budget of role \"{role}\" exceeded: {aggregate} needs epsilon {}, {} of {} remain",
+                format_number(Some(*epsilon)),
+                format_number(Some(*remaining)),
+                format_number(Some(*limit))
+            ),
+            Error::NoBudget { role } => write!(
+                f,
+                "role \"{role}\" has no privacy budget, and pg_exp_mech.require_budget is on"
+            ),
+            Error::ExplainAnalyzeRefused { role } => write!(
+                f,
+                "EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts"
+            ),
+            Error::NotBudgetAdministrator { role } => write!(
+                f,
+                "permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)"
+            ),
+            Error::BudgetsUnavailable { reason } => {
+                write!(f, "privacy budgets cannot be enforced: {reason}")
+            }
+            Error::TooManyRoles { capacity } => write!(
+                f,
+                "the privacy ledger tracks at most {capacity} roles, and all are in use"
+            ),
+            Error::LedgerWrite { reason } => write!(f, "could not write the privacy ledger: {reason}"),
         }
     }
 }

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 pgrx::pg_module_magic!(name, version);
 
 pub mod error;
+pub mod ledger;
 mod extension;
 pub mod mechanisms;
 pub mod parameters;
@@ -18,6 +19,11 @@ pub mod testing;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     extension::guc::register();
+    // Budgets live in shared memory, which only a preloaded library can reserve.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        extension::budget::init_shared_memory();
+    }
+    extension::budget::install_explain_guard();
 }
 
 /// Required by `cargo pgrx test`.
@@ -27,6 +33,6 @@ pub mod pg_test {
 
     #[must_use]
     pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec![]
+        vec!["shared_preload_libraries = 'pg_exp_mech'"]
     }
 }

@@ -5,11 +5,13 @@ cd "$REPO"
 new_cluster demo_and_readme
 sql -f scripts/load_adult.sql
 
-demo="$(sql -f scripts/demo.sql)"
+demo="$(PGPASSWORD=analyst-demo-password sql -v socket="$CLUSTER" -f scripts/demo.sql 2>&1)"
 # The lead of Married-civ-spouse is 4,293 people: at ε ≥ 0.1 a wrong draw has probability
 # below e^-429, so all 300 draws are right.
 assert_eq "$(grep -c '100 / 100' <<<"$demo")" 3 "demo: marital status at every epsilon"
 assert_contains "$demo" "Prof-specialty" "demo: occupation race"
+assert_contains "$demo" 'ERROR:  53400: privacy budget of role "analyst" exceeded: dp_argmax needs epsilon 0.5, 0.2 of 1.2 remain' "demo: the analyst runs out"
+assert_contains "$demo" "ERROR:  42501: EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed" "demo: EXPLAIN ANALYZE refused"
 
 # README: every ```sql block, in order, in one psql session; any error fails.
 python3 - README.md > "$CLUSTER/readme_blocks.sql" <<'PY'

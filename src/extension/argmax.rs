@@ -90,7 +90,7 @@ unsafe fn argmax_final(
     state: &Internal,
     form: Form,
 ) -> Option<AnyElement> {
-    let scores = final_state(fcinfo, state, form)?;
+    let scores = final_state(fcinfo, state, form, "dp_argmax")?;
     let temperature = 1.0 / scores.selection.epsilon;
     let utilities = scores.table.scores();
     let winner = rng::with_generator(guc::seeding(), |rng| {

@@ -11,6 +11,8 @@ const NO_SEED: i32 = -1;
 
 static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
 
+static REQUIRE_BUDGET: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
 thread_local! {
@@ -42,6 +44,17 @@ pub fn register() {
             None,
         );
     }
+    // Off by default: installing the extension must not lock out every role until a DBA
+    // has handed out budgets. A DBA who gives analysts DP-only views turns it on, so that
+    // a new role without a budget cannot query them unmetered.
+    GucRegistry::define_bool_guc(
+        c"pg_exp_mech.require_budget",
+        c"Refuse differentially private aggregates to roles without a privacy budget.",
+        c"Superuser only. Budgets are set with dp_budget_set and need pg_exp_mech in shared_preload_libraries.",
+        &REQUIRE_BUDGET,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     // The grid is public: any size is as private as any other; it sets the resolution
     // of the answers ((hi − lo)/K) and the largest state (K + 1 counters of 8 bytes).
     GucRegistry::define_int_guc(
@@ -54,6 +67,11 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+}
+
+/// Whether roles without a budget are refused.
+pub fn require_budget() -> bool {
+    REQUIRE_BUDGET.get()
 }
 
 /// K of the quantile grid.

@@ -4,6 +4,7 @@
 
 use super::aggregate::{aggregate_memory, require_serializing};
 use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::budget::{charge, Release};
 use super::memory::ContextAllocator;
 use super::items::ItemType;
 use super::raise;
@@ -210,10 +211,11 @@ pub unsafe fn accumulate(
     state
 }
 
-/// The state a final function samples from: the rows' state, or with no rows, the one
-/// the call's arguments describe (its candidates at score 0, or no item at all). None
-/// when an argument depends on the rows and cannot be read without them: the answer is
-/// then NULL.
+/// The state a final function samples from, once the evaluation is charged to the
+/// session's privacy budget: the rows' state, or with no rows, the one the call's
+/// arguments describe (its candidates at score 0, or no item at all). None when an
+/// argument depends on the rows and cannot be read without them: the answer is then NULL
+/// (nothing is sampled, nothing charged).
 ///
 /// Parameters are validated in both cases, so that an error never depends on whether
 /// rows arrived.
@@ -221,6 +223,23 @@ pub unsafe fn accumulate(
 /// # Safety
 /// `fcinfo` must be the call info of a final function whose argument 1 is the item.
 pub unsafe fn final_state<'a>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &'a Internal,
+    form: Form,
+    aggregate: &'static str,
+) -> Option<FinalState<'a>> {
+    let scores = unrecorded_final_state(fcinfo, state, form)?;
+    let release = Release {
+        aggregate,
+        epsilon: scores.selection.epsilon,
+        epsilon_position: form.epsilon,
+        delta: scores.selection.delta.unwrap_or(0.0),
+    };
+    charge(fcinfo, release);
+    Some(scores)
+}
+
+unsafe fn unrecorded_final_state<'a>(
     fcinfo: pg_sys::FunctionCallInfo,
     state: &'a Internal,
     form: Form,

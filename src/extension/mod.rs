@@ -3,6 +3,7 @@
 mod aggregate;
 mod argmax;
 mod arguments;
+pub mod budget;
 pub mod guc;
 mod item_scores;
 mod items;
@@ -24,6 +25,13 @@ pub fn raise(error: Error) -> ! {
         }
         Error::NoHashFunction { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
         Error::NotInAggregate { .. } => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        Error::BudgetExceeded { .. } => PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        Error::NoBudget { .. }
+        | Error::ExplainAnalyzeRefused { .. }
+        | Error::NotBudgetAdministrator { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        Error::BudgetsUnavailable { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        Error::TooManyRoles { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        Error::LedgerWrite { .. } => PgSqlErrorCode::ERRCODE_IO_ERROR,
     };
     debug_assert_eq!(sqlstate_of(code), error.sqlstate());
     ErrorReport::new(code, error.to_string(), "pg_exp_mech").report(PgLogLevel::ERROR);
@@ -97,5 +105,10 @@ mod tests {
         assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE), "22023");
         assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION), "42883");
         assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED), "0A000");
+        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED), "53400");
+        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE), "42501");
+        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), "55000");
+        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED), "54000");
+        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_IO_ERROR), "58030");
     }
 }

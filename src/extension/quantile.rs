@@ -3,6 +3,7 @@
 
 use super::aggregate::{aggregate_memory, require_serializing};
 use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::budget::{charge, Release};
 use super::items::array_elements;
 use super::memory::ContextAllocator;
 use super::{guc, raise};
@@ -141,10 +142,27 @@ unsafe fn accumulate(
     state
 }
 
-/// What the final functions sample from: the parameters and the occupied cells, or with
-/// no rows the parameters read from the call and no cell (a uniform draw from the grid).
-/// None when an argument depends on the rows: the answer is then NULL.
+/// What the final functions sample from, once the evaluation is charged to the session's
+/// privacy budget: the parameters and the occupied cells, or with no rows the parameters
+/// read from the call and no cell (a uniform draw from the grid). None when an argument
+/// depends on the rows: the answer is then NULL (nothing sampled, nothing charged).
 unsafe fn final_histogram(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &Internal,
+    many: bool,
+) -> Option<(QuantileParameters, Vec<(u32, u64)>)> {
+    let (parameters, occupied) = unrecorded_final_histogram(fcinfo, state, many)?;
+    let release = Release {
+        aggregate: if many { "dp_quantiles" } else { "dp_quantile" },
+        epsilon: parameters.epsilon,
+        epsilon_position: 4,
+        delta: 0.0,
+    };
+    charge(fcinfo, release);
+    Some((parameters, occupied))
+}
+
+unsafe fn unrecorded_final_histogram(
     fcinfo: pg_sys::FunctionCallInfo,
     state: &Internal,
     many: bool,

@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 use std::collections::HashMap;
 
 const EXPECT_ERROR: &str = r#"
-CREATE OR REPLACE FUNCTION pg_temp.expect_error(query text) RETURNS text
+CREATE FUNCTION pg_temp.expect_error(query text) RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE query;
@@ -17,7 +17,12 @@ $$"#;
 /// "SQLSTATE: message" of the error `query` raises, or "no error". The query runs in a
 /// subtransaction (a PL/pgSQL exception block), so the test can go on afterwards.
 pub fn error_of(query: &str) -> String {
-    Spi::run(EXPECT_ERROR).expect("helper function");
+    let missing = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.expect_error(text)') IS NULL")
+        .expect("a catalog lookup")
+        .unwrap_or(true);
+    if missing {
+        Spi::run(EXPECT_ERROR).expect("helper function");
+    }
     Spi::get_one_with_args::<String>("SELECT pg_temp.expect_error($1)", &[query.into()])
         .expect("expect_error runs")
         .expect("expect_error returns a row")

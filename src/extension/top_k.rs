@@ -71,7 +71,7 @@ fn items_array(scores: &ItemScores, order: &[usize]) -> Option<AnyArray> {
 /// distribution of k peeling rounds of the exponential mechanism at ε/k each, so the whole
 /// list is ε-DP (Durfee and Rogers 2019). NULL when there is nothing to choose from.
 unsafe fn top_k_final(fcinfo: pg_sys::FunctionCallInfo, state: &Internal, form: Form) -> Option<AnyArray> {
-    let scores = final_state(fcinfo, state, form)?;
+    let scores = final_state(fcinfo, state, form, "dp_top_k")?;
     if scores.table.is_empty() {
         return None;
     }
@@ -87,7 +87,7 @@ unsafe fn top_k_final(fcinfo: pg_sys::FunctionCallInfo, state: &Internal, form: 
 /// The limited-domain mechanism, (ε, δ)-DP (see mechanisms::top_k). With no item at all
 /// the answer is an empty array, as the mechanism's own answer on empty data.
 unsafe fn unknown_domain_final(fcinfo: pg_sys::FunctionCallInfo, state: &Internal, form: Form) -> Option<AnyArray> {
-    let scores = final_state(fcinfo, state, form)?;
+    let scores = final_state(fcinfo, state, form, "dp_top_k_unknown_domain")?;
     let selection = scores.selection;
     let parameters = LimitedDomain {
         k: selection.k as usize,
