@@ -6,3 +6,6 @@ pub mod quantile;
 pub mod rng;
 pub mod scores;
 pub mod top_k;
+
+#[cfg(test)]
+mod audit;
