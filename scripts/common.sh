@@ -60,6 +60,18 @@ install_extension() {
     fi
 }
 
+# The Python environment of the benchmarks (.venv, bench/requirements.txt): OpenDP,
+# diffprivlib, psycopg. Re-created when the requirements change.
+ensure_bench_venv() {
+    if [ ! -x "$REPO/.venv/bin/python" ] || ! cmp -s "$REPO/bench/requirements.txt" "$REPO/.venv/requirements.txt"; then
+        say "creating .venv with bench/requirements.txt"
+        python3 -m venv "$REPO/.venv"
+        "$REPO/.venv/bin/pip" install -q --upgrade pip
+        "$REPO/.venv/bin/pip" install -q -r "$REPO/bench/requirements.txt"
+        cp "$REPO/bench/requirements.txt" "$REPO/.venv/requirements.txt"
+    fi
+}
+
 # A TCP port nothing listens on, from $1 upwards.
 free_port() {
     local port="${1:-55432}"

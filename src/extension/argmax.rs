@@ -1,5 +1,6 @@
 //! dp_argmax: the exponential mechanism over per-item scores, as an aggregate.
 
+use super::arguments::{return_internal, CallArguments};
 use super::guc;
 use super::item_scores::{
     accumulate, final_state, Candidates, Form, SelectionArguments,
@@ -7,7 +8,8 @@ use super::item_scores::{
 use crate::mechanisms::gumbel::exponential_mechanism;
 use crate::mechanisms::rng;
 use pgrx::prelude::*;
-use pgrx::{AnyArray, AnyElement, Internal};
+use super::items::{ExtraArray, RawItem};
+use pgrx::{AnyElement, Internal};
 
 const COUNTING: Form = Form {
     epsilon: 2,
@@ -37,47 +39,32 @@ fn arguments(epsilon: Option<f64>, max_score: Option<f64>) -> SelectionArguments
     }
 }
 
-#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
-fn dp_argmax_trans_counting(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    epsilon: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(epsilon, Some(1.0));
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
+crate::version_1_function_record!(pg_finfo_dp_argmax_trans);
 
-#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
-fn dp_argmax_trans_scored(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    epsilon: Option<f64>,
-    max_score: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(epsilon, max_score);
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
-
-#[pg_extern(name = "dp_argmax_trans", parallel_safe)]
-fn dp_argmax_trans_candidates(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    epsilon: Option<f64>,
-    max_score: Option<f64>,
-    candidates: Option<AnyArray>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(epsilon, max_score);
-    let candidates = Candidates::Listed {
-        array: candidates.map(|array| array.datum()),
-        position: 4,
+/// Transition function of every form of dp_argmax, told apart by their number of
+/// arguments: (state, item, score, epsilon [, max_score [, candidates]]).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_argmax_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let call = CallArguments::new(fcinfo);
+    let max_score = if call.count() >= 5 { call.float(4) } else { Some(1.0) };
+    let candidates = if call.count() >= 6 {
+        Candidates::Listed {
+            array: call.datum(5),
+            position: 4,
+        }
+    } else {
+        Candidates::Open
     };
-    unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
+    let state = accumulate(
+        fcinfo,
+        Internal::from(call.datum(0)),
+        call.datum(1).map(RawItem),
+        call.float(2),
+        arguments(call.float(3), max_score),
+        candidates,
+    );
+    return_internal(fcinfo, state)
 }
 
 /// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max.
@@ -92,19 +79,20 @@ unsafe fn argmax_final(
 ) -> Option<AnyElement> {
     let scores = final_state(fcinfo, state, form, "dp_argmax")?;
     let temperature = 1.0 / scores.selection.epsilon;
-    let utilities = scores.table.scores();
+    let entries: Vec<_> = scores.table.iter().collect();
+    let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     let winner = rng::with_generator(guc::seeding(), |rng| {
         exponential_mechanism(&utilities, temperature, rng)
     })?;
     let item_type = scores.item_type;
-    let item = item_type.copy(scores.table.entries()[winner].item);
+    let item = item_type.copy(entries[winner].item);
     AnyElement::from_polymorphic_datum(item, false, item_type.type_oid)
 }
 
 #[pg_extern(name = "dp_argmax_final", parallel_safe)]
 fn dp_argmax_final_counting(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _epsilon: Option<f64>,
     fcinfo: pg_sys::FunctionCallInfo,
@@ -115,7 +103,7 @@ fn dp_argmax_final_counting(
 #[pg_extern(name = "dp_argmax_final", parallel_safe)]
 fn dp_argmax_final_scored(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _epsilon: Option<f64>,
     _max_score: Option<f64>,
@@ -127,11 +115,11 @@ fn dp_argmax_final_scored(
 #[pg_extern(name = "dp_argmax_final", parallel_safe)]
 fn dp_argmax_final_candidates(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _epsilon: Option<f64>,
     _max_score: Option<f64>,
-    _candidates: Option<AnyArray>,
+    _candidates: Option<ExtraArray>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<AnyElement> {
     unsafe { argmax_final(fcinfo, &state, WITH_CANDIDATES) }

@@ -6,14 +6,15 @@ use super::aggregate::{aggregate_memory, require_serializing};
 use super::arguments::{aggregate_argument, Argument, ArrayArgument};
 use super::budget::{charge, Release};
 use super::memory::ContextAllocator;
-use super::items::ItemType;
+use super::serialization::Bytes;
+use super::items::{ItemType, RawItem};
 use super::raise;
 use crate::error::Error;
 use crate::mechanisms::scores::{contribution, ScoreTable};
 use crate::parameters;
 use pgrx::pg_sys::{self, Datum, MemoryContext};
 use pgrx::prelude::*;
-use pgrx::{AnyElement, Internal, PgMemoryContexts};
+use pgrx::{Internal, PgMemoryContexts};
 use serde::{Deserialize, Serialize};
 
 /// The parameters of one selection, fixed by its first row.
@@ -183,7 +184,7 @@ unsafe fn call_item_type(fcinfo: pg_sys::FunctionCallInfo) -> ItemType {
 pub unsafe fn accumulate(
     fcinfo: pg_sys::FunctionCallInfo,
     mut state: Internal,
-    item: Option<AnyElement>,
+    item: Option<RawItem>,
     score: Option<f64>,
     arguments: SelectionArguments,
     candidates: Candidates,
@@ -203,10 +204,10 @@ pub unsafe fn accumulate(
         });
     }
     let scores = state.get_mut::<ItemScores>().expect("the state was just made");
-    if let Some(item) = item {
+    if let Some(RawItem(item)) = item {
         // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp (PRIVACY.md 6).
         let amount = contribution(score, scores.selection.max_score);
-        scores.add(item.datum(), amount);
+        scores.add(item, amount);
     }
     state
 }
@@ -309,7 +310,7 @@ struct SerializedItemScores {
     hashes: Vec<u32>,
     scores: Vec<f64>,
     lengths: Vec<u32>,
-    images: Vec<u8>,
+    images: Bytes,
 }
 
 /// Combine function: adds the second state's scores into the first.
@@ -338,7 +339,7 @@ pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, sec
         });
     }
     let scores = first.get_mut::<ItemScores>().expect("the state was just made");
-    for entry in other.table.entries() {
+    for entry in other.table.iter() {
         scores.add(entry.item, entry.score);
     }
     if !other.table.is_open() {
@@ -356,7 +357,7 @@ pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Ve
     let scores = state
         .get::<ItemScores>()
         .expect("the serialize function is strict in its state");
-    let entries = scores.table.entries();
+    let entries: Vec<_> = scores.table.iter().collect();
     let mut serialized = SerializedItemScores {
         type_oid: scores.item_type.type_oid.to_u32(),
         collation: scores.item_type.collation.to_u32(),
@@ -365,10 +366,10 @@ pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Ve
         hashes: entries.iter().map(|e| e.hash).collect(),
         scores: entries.iter().map(|e| e.score).collect(),
         lengths: Vec::with_capacity(entries.len()),
-        images: Vec::new(),
+        images: Bytes::default(),
     };
     for entry in entries {
-        let length = scores.item_type.write_image(entry.item, &mut serialized.images);
+        let length = scores.item_type.write_image(entry.item, &mut serialized.images.0);
         serialized.lengths.push(length);
     }
     serde_cbor::to_vec(&serialized).expect("the state serializes")
@@ -394,7 +395,7 @@ pub unsafe fn deserialize(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u8]) -> Int
         .zip(&serialized.scores)
         .zip(&serialized.lengths)
     {
-        let image = &serialized.images[offset..offset + length as usize];
+        let image = &serialized.images.0[offset..offset + length as usize];
         offset += length as usize;
         let item = item_type.restore(image);
         scores.table.add(hash, score, |_| false, || item);
@@ -451,6 +452,12 @@ BEGIN
             ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer')
         ) AS a(name, arguments)
     LOOP
+        -- The transition functions are version-1 C functions of their own (see
+        -- arguments.rs), one symbol for every form of an aggregate.
+        EXECUTE format(
+            'CREATE FUNCTION %I(state internal, %s) RETURNS internal
+             AS %L, %L LANGUAGE C PARALLEL SAFE',
+            aggregate.name || '_trans', aggregate.arguments, 'MODULE_PATHNAME', aggregate.name || '_trans');
         EXECUTE format(
             'CREATE AGGREGATE %I(%s) (
                 SFUNC = %I, STYPE = internal, SSPACE = 4096,
@@ -468,21 +475,12 @@ $aggregates$;
         dp_item_scores_combine,
         dp_item_scores_serialize,
         dp_item_scores_deserialize,
-        argmax::dp_argmax_trans_counting,
-        argmax::dp_argmax_trans_scored,
-        argmax::dp_argmax_trans_candidates,
         argmax::dp_argmax_final_counting,
         argmax::dp_argmax_final_scored,
         argmax::dp_argmax_final_candidates,
-        top_k::dp_top_k_trans_counting,
-        top_k::dp_top_k_trans_scored,
-        top_k::dp_top_k_trans_candidates,
         top_k::dp_top_k_final_counting,
         top_k::dp_top_k_final_scored,
         top_k::dp_top_k_final_candidates,
-        top_k::dp_top_k_unknown_domain_trans_counting,
-        top_k::dp_top_k_unknown_domain_trans_scored,
-        top_k::dp_top_k_unknown_domain_trans_k_bar,
         top_k::dp_top_k_unknown_domain_final_counting,
         top_k::dp_top_k_unknown_domain_final_scored,
         top_k::dp_top_k_unknown_domain_final_k_bar,

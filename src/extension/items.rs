@@ -1,12 +1,104 @@
 //! Items of any type, compared and hashed the way PostgreSQL compares them.
 //!
-//! Equality and hashing come from the type's default hash operator class (through the type
-//! cache), with the aggregate's input collation: 'A' and 'a' are one item under a
-//! case-insensitive nondeterministic collation, exactly as in a `GROUP BY`.
+//! Equality comes from the type's default hash operator class (through the type cache),
+//! with the aggregate's input collation: 'A' and 'a' are one item under a case-insensitive
+//! nondeterministic collation, exactly as in a `GROUP BY`. For the common types whose
+//! equality is plain bit or byte equality, the comparison and the hash run in Rust, with
+//! no function-manager call per row (the hot path of every selection aggregate).
 
 use crate::error::Error;
+use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::pg_sys::{self, Datum, Oid};
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+use pgrx::FromDatum;
 use std::ffi::{c_char, CStr};
+use std::hash::BuildHasher;
+
+/// How the items of a type are compared and hashed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Comparison {
+    /// By value, equal exactly when their bits are (integers, oid, date, time, timestamps,
+    /// bool, "char", enums): the low `length` bytes of the datum.
+    Bits { length: usize },
+    /// Varlenas equal exactly when their contents are: text and varchar under a
+    /// deterministic collation (texteq compares bytes there; hashtext hashes them).
+    Bytes,
+    /// By reference, fixed length, equal exactly when their bytes are (uuid).
+    FixedBytes { length: usize },
+    /// The type's default hash operator class, through the function manager.
+    Operator,
+}
+
+/// The hash of the Rust comparisons: fixed seed, so that every process (parallel workers,
+/// the leader) and every run agrees, as the serialized state and the limited-domain
+/// tie-break need.
+fn hash_bytes(bytes: &[u8]) -> u32 {
+    const SEED: u64 = 0x7067_5f65_7870_6d65;
+    (foldhash::fast::FixedState::with_seed(SEED).hash_one(bytes) >> 32) as u32
+}
+
+/// The contents of a varlena item, detoasted only when compressed or stored out of line
+/// (a short inline value is read where it lies).
+///
+/// # Safety
+/// `item` must be a valid, non-NULL varlena datum that outlives the returned slice.
+unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
+    let mut pointer = item.cast_mut_ptr::<pg_sys::varlena>();
+    let inline = pgrx::varatt_is_4b_u(pointer) || (pgrx::varatt_is_1b(pointer) && !pgrx::varatt_is_1b_e(pointer));
+    if !inline {
+        pointer = pg_sys::pg_detoast_datum_packed(pointer);
+    }
+    std::slice::from_raw_parts(pgrx::vardata_any(pointer) as *const u8, pgrx::varsize_any_exhdr(pointer))
+}
+
+fn collation_is_deterministic(collation: Oid) -> bool {
+    collation == pg_sys::DEFAULT_COLLATION_OID
+        || collation == pg_sys::C_COLLATION_OID
+        || (collation != pg_sys::InvalidOid && unsafe { pg_sys::get_collation_isdeterministic(collation) })
+}
+
+/// An item argument (SQL anyelement) unboxed as its raw datum: its type is looked up once
+/// per state, not once per row as pgrx's AnyElement does.
+pub struct RawItem(pub Datum);
+
+/// The anyarray argument FINALFUNC_EXTRA passes to a final function: always NULL, there
+/// for the signature (PostgreSQL resolves the polymorphic result type from it).
+pub struct ExtraArray;
+
+impl FromDatum for RawItem {
+    unsafe fn from_polymorphic_datum(datum: Datum, is_null: bool, _: Oid) -> Option<Self> {
+        (!is_null).then_some(RawItem(datum))
+    }
+}
+
+impl FromDatum for ExtraArray {
+    unsafe fn from_polymorphic_datum(_: Datum, is_null: bool, _: Oid) -> Option<Self> {
+        (!is_null).then_some(ExtraArray)
+    }
+}
+
+macro_rules! raw_argument {
+    ($name:ident, $sql:literal) => {
+        unsafe impl<'fcx> ArgAbi<'fcx> for $name {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                unsafe { arg.unbox_arg_using_from_datum().expect("a non-NULL argument") }
+            }
+        }
+
+        unsafe impl SqlTranslatable for $name {
+            const TYPE_IDENT: &'static str = concat!(module_path!(), "::", stringify!($name));
+            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal($sql));
+            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+                Ok(ReturnsRef::One(SqlMappingRef::literal($sql)));
+        }
+    };
+}
+
+raw_argument!(RawItem, "anyelement");
+raw_argument!(ExtraArray, "anyarray");
 
 /// How to hash, compare, copy and serialize the items of one type.
 #[derive(Clone, Copy)]
@@ -16,6 +108,7 @@ pub struct ItemType {
     length: i16,
     by_value: bool,
     alignment: c_char,
+    comparison: Comparison,
     /// Owned by the type cache, which lives as long as the backend.
     hash: *mut pg_sys::FmgrInfo,
     equal: *mut pg_sys::FmgrInfo,
@@ -42,24 +135,79 @@ impl ItemType {
                     type_name: type_name(type_oid),
                 });
             }
+            let length = (*entry).typlen;
+            let comparison = match type_oid {
+                pg_sys::INT2OID
+                | pg_sys::INT4OID
+                | pg_sys::INT8OID
+                | pg_sys::OIDOID
+                | pg_sys::DATEOID
+                | pg_sys::TIMEOID
+                | pg_sys::TIMESTAMPOID
+                | pg_sys::TIMESTAMPTZOID
+                | pg_sys::BOOLOID
+                | pg_sys::CHAROID => Comparison::Bits { length: length as usize },
+                _ if (*entry).typtype as u8 == pg_sys::TYPTYPE_ENUM => {
+                    Comparison::Bits { length: length as usize }
+                }
+                pg_sys::TEXTOID | pg_sys::VARCHAROID if collation_is_deterministic(collation) => {
+                    Comparison::Bytes
+                }
+                pg_sys::UUIDOID => Comparison::FixedBytes { length: 16 },
+                _ => Comparison::Operator,
+            };
             Ok(Self {
                 type_oid,
                 collation,
-                length: (*entry).typlen,
+                length,
                 by_value: (*entry).typbyval,
                 alignment: (*entry).typalign,
+                comparison,
                 hash: &mut (*entry).hash_proc_finfo,
                 equal: &mut (*entry).eq_opr_finfo,
             })
         }
     }
 
+    /// The low `length` bytes of a by-value datum (the rest need not be defined).
+    fn bits(item: Datum, length: usize) -> u64 {
+        let value = item.value() as u64;
+        if length >= 8 {
+            value
+        } else {
+            value & ((1u64 << (8 * length)) - 1)
+        }
+    }
+
     pub fn hash(&self, item: Datum) -> u32 {
-        unsafe { pg_sys::FunctionCall1Coll(self.hash, self.collation, item).value() as u32 }
+        unsafe {
+            match self.comparison {
+                Comparison::Bits { length } => hash_bytes(&Self::bits(item, length).to_ne_bytes()),
+                Comparison::Bytes => hash_bytes(varlena_contents(item)),
+                Comparison::FixedBytes { length } => {
+                    hash_bytes(std::slice::from_raw_parts(item.cast_mut_ptr::<u8>(), length))
+                }
+                Comparison::Operator => {
+                    pg_sys::FunctionCall1Coll(self.hash, self.collation, item).value() as u32
+                }
+            }
+        }
     }
 
     pub fn equal(&self, a: Datum, b: Datum) -> bool {
-        unsafe { pg_sys::FunctionCall2Coll(self.equal, self.collation, a, b).value() != 0 }
+        unsafe {
+            match self.comparison {
+                Comparison::Bits { length } => Self::bits(a, length) == Self::bits(b, length),
+                Comparison::Bytes => varlena_contents(a) == varlena_contents(b),
+                Comparison::FixedBytes { length } => {
+                    std::slice::from_raw_parts(a.cast_mut_ptr::<u8>(), length)
+                        == std::slice::from_raw_parts(b.cast_mut_ptr::<u8>(), length)
+                }
+                Comparison::Operator => {
+                    pg_sys::FunctionCall2Coll(self.equal, self.collation, a, b).value() != 0
+                }
+            }
+        }
     }
 
     /// The bytes of a by-reference item, detoasted (never a TOAST pointer or short header).

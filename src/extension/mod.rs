@@ -9,6 +9,7 @@ mod item_scores;
 mod items;
 mod memory;
 mod quantile;
+mod serialization;
 mod top_k;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;

@@ -2,18 +2,19 @@
 //! histogram per group (mechanisms::quantile).
 
 use super::aggregate::{aggregate_memory, require_serializing};
-use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::arguments::{aggregate_argument, return_internal, Argument, ArrayArgument, CallArguments};
 use super::budget::{charge, Release};
 use super::items::array_elements;
 use super::memory::ContextAllocator;
+use super::serialization::Bytes;
 use super::{guc, raise};
 use crate::error::Error;
-use crate::mechanisms::quantile::{sample_quantile, sample_quantiles, Grid, Histogram};
+use crate::mechanisms::quantile::{sample_quantile, sample_quantiles, Grid, Histogram, Snapper};
 use crate::mechanisms::rng;
 use crate::parameters;
 use pgrx::pg_sys::{self, Datum};
 use pgrx::prelude::*;
-use pgrx::{AnyArray, Internal, PgMemoryContexts};
+use pgrx::{Internal, PgMemoryContexts};
 use serde::{Deserialize, Serialize};
 
 /// The parameters of one quantile aggregate, fixed by its first row.
@@ -78,6 +79,7 @@ impl QuantileArguments {
 /// The state of one group: its parameters and the histogram of its values.
 struct QuantileState {
     parameters: QuantileParameters,
+    snapper: Snapper,
     histogram: Histogram<ContextAllocator>,
     /// dp_quantiles: the first row's alphas, to check that later rows pass the same.
     alphas: Option<ArrayArgument>,
@@ -87,6 +89,7 @@ impl QuantileState {
     fn new(parameters: QuantileParameters, memory: pg_sys::MemoryContext) -> Self {
         let histogram = Histogram::new_in(parameters.grid.size, ContextAllocator(memory));
         Self {
+            snapper: parameters.grid.snapper(),
             parameters,
             histogram,
             alphas: None,
@@ -136,22 +139,40 @@ unsafe fn accumulate(
     }
     let quantiles = state.get_mut::<QuantileState>().expect("the state was just made");
     if let Some(value) = value.filter(|v| !v.is_nan()) {
-        let cell = quantiles.parameters.grid.cell(value);
+        let cell = quantiles.snapper.cell(value);
         quantiles.histogram.add(cell);
     }
     state
 }
 
+/// What a final function samples from: the rows' histogram, or with no rows an empty one
+/// (a uniform draw from the grid).
+enum FinalHistogram<'a> {
+    Rows(&'a Histogram<ContextAllocator>),
+    NoRows(Histogram<ContextAllocator>),
+}
+
+impl std::ops::Deref for FinalHistogram<'_> {
+    type Target = Histogram<ContextAllocator>;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            FinalHistogram::Rows(histogram) => histogram,
+            FinalHistogram::NoRows(histogram) => histogram,
+        }
+    }
+}
+
 /// What the final functions sample from, once the evaluation is charged to the session's
-/// privacy budget: the parameters and the occupied cells, or with no rows the parameters
-/// read from the call and no cell (a uniform draw from the grid). None when an argument
-/// depends on the rows: the answer is then NULL (nothing sampled, nothing charged).
-unsafe fn final_histogram(
+/// privacy budget: the parameters and the histogram, or with no rows the parameters read
+/// from the call and an empty histogram. None when an argument depends on the rows: the
+/// answer is then NULL (nothing sampled, nothing charged).
+unsafe fn final_histogram<'a>(
     fcinfo: pg_sys::FunctionCallInfo,
-    state: &Internal,
+    state: &'a Internal,
     many: bool,
-) -> Option<(QuantileParameters, Vec<(u32, u64)>)> {
-    let (parameters, occupied) = unrecorded_final_histogram(fcinfo, state, many)?;
+) -> Option<(QuantileParameters, FinalHistogram<'a>)> {
+    let (parameters, histogram) = unrecorded_final_histogram(fcinfo, state, many)?;
     let release = Release {
         aggregate: if many { "dp_quantiles" } else { "dp_quantile" },
         epsilon: parameters.epsilon,
@@ -159,16 +180,16 @@ unsafe fn final_histogram(
         delta: 0.0,
     };
     charge(fcinfo, release);
-    Some((parameters, occupied))
+    Some((parameters, histogram))
 }
 
-unsafe fn unrecorded_final_histogram(
+unsafe fn unrecorded_final_histogram<'a>(
     fcinfo: pg_sys::FunctionCallInfo,
-    state: &Internal,
+    state: &'a Internal,
     many: bool,
-) -> Option<(QuantileParameters, Vec<(u32, u64)>)> {
+) -> Option<(QuantileParameters, FinalHistogram<'a>)> {
     if let Some(quantiles) = state.get::<QuantileState>() {
-        return Some((quantiles.parameters.clone(), quantiles.histogram.occupied()));
+        return Some((quantiles.parameters.clone(), FinalHistogram::Rows(&quantiles.histogram)));
     }
     let argument = |at: usize| aggregate_argument(fcinfo, at);
     let alphas = if many {
@@ -186,57 +207,51 @@ unsafe fn unrecorded_final_histogram(
         epsilon: argument(4).float()?,
     };
     let parameters = arguments.validate().unwrap_or_else(|e| raise(e));
-    Some((parameters, Vec::new()))
+    let empty = Histogram::new_in(parameters.grid.size, ContextAllocator(pg_sys::CurrentMemoryContext));
+    Some((parameters, FinalHistogram::NoRows(empty)))
 }
 
-#[pg_extern(parallel_safe)]
-fn dp_quantile_trans(
-    state: Internal,
-    value: Option<f64>,
-    alpha: Option<f64>,
-    lo: Option<f64>,
-    hi: Option<f64>,
-    epsilon: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
+crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
+
+/// Transition function of dp_quantile: (state, value, alpha, lo, hi, epsilon).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_quantile_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let call = CallArguments::new(fcinfo);
     let arguments = QuantileArguments {
-        alphas: Alphas::One(alpha),
-        lo,
-        hi,
-        epsilon,
+        alphas: Alphas::One(call.float(2)),
+        lo: call.float(3),
+        hi: call.float(4),
+        epsilon: call.float(5),
     };
-    unsafe { accumulate(fcinfo, state, value, arguments) }
+    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
+    return_internal(fcinfo, state)
 }
 
-/// The aggregate takes `alphas double precision[]`; the transition function declares it
-/// `anyarray` so that no row pays for unboxing an array (the aggregate's own signature
-/// still coerces the argument to double precision[]).
-#[pg_extern(parallel_safe)]
-fn dp_quantiles_trans(
-    state: Internal,
-    value: Option<f64>,
-    alphas: Option<AnyArray>,
-    lo: Option<f64>,
-    hi: Option<f64>,
-    epsilon: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
+crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
+
+/// Transition function of dp_quantiles: (state, value, alphas, lo, hi, epsilon).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_quantiles_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let call = CallArguments::new(fcinfo);
     let arguments = QuantileArguments {
-        alphas: Alphas::Many(alphas.map(|array| array.datum())),
-        lo,
-        hi,
-        epsilon,
+        alphas: Alphas::Many(call.datum(2)),
+        lo: call.float(3),
+        hi: call.float(4),
+        epsilon: call.float(5),
     };
-    unsafe { accumulate(fcinfo, state, value, arguments) }
+    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
+    return_internal(fcinfo, state)
 }
 
 /// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).
 #[pg_extern(parallel_safe)]
 fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
-    let (parameters, occupied) = unsafe { final_histogram(fcinfo, &state, false) }?;
+    let (parameters, histogram) = unsafe { final_histogram(fcinfo, &state, false) }?;
     let grid = parameters.grid;
     let point = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantile(&occupied, grid.size, parameters.alphas[0], parameters.epsilon, rng)
+        sample_quantile(&histogram, parameters.alphas[0], parameters.epsilon, rng)
     });
     Some(grid.point(point))
 }
@@ -244,10 +259,10 @@ fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Optio
 /// One answer per alpha at ε/m each, ordered like the alphas.
 #[pg_extern(parallel_safe)]
 fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
-    let (parameters, occupied) = unsafe { final_histogram(fcinfo, &state, true) }?;
+    let (parameters, histogram) = unsafe { final_histogram(fcinfo, &state, true) }?;
     let grid = parameters.grid;
     let points = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantiles(&occupied, grid.size, &parameters.alphas, parameters.epsilon, rng)
+        sample_quantiles(&histogram, &parameters.alphas, parameters.epsilon, rng)
     });
     Some(points.into_iter().map(|j| grid.point(j)).collect())
 }
@@ -279,23 +294,20 @@ fn dp_quantile_combine(first: Internal, second: Internal, fcinfo: pg_sys::Functi
     first
 }
 
-/// What dp_quantile_serialize writes: the parameters and the occupied cells.
+/// What dp_quantile_serialize writes: the parameters and the histogram's own encoding.
 #[derive(Serialize, Deserialize)]
 struct SerializedQuantiles {
     parameters: QuantileParameters,
-    cells: Vec<u32>,
-    counts: Vec<u64>,
+    histogram: Bytes,
 }
 
 #[pg_extern(parallel_safe, strict)]
 fn dp_quantile_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Vec<u8> {
     unsafe { require_serializing(fcinfo, "dp_quantile_serialize (the serial function of a partial aggregation)") };
     let quantiles = unsafe { state.get::<QuantileState>() }.expect("strict in its state");
-    let (cells, counts) = quantiles.histogram.occupied().into_iter().unzip();
     let serialized = SerializedQuantiles {
         parameters: quantiles.parameters.clone(),
-        cells,
-        counts,
+        histogram: Bytes(quantiles.histogram.to_bytes()),
     };
     serde_cbor::to_vec(&serialized).expect("the state serializes")
 }
@@ -304,14 +316,22 @@ fn dp_quantile_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> V
 fn dp_quantile_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
     let serialized: SerializedQuantiles =
         serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
-    let mut quantiles = QuantileState::new(serialized.parameters, unsafe { pg_sys::CurrentMemoryContext });
-    let occupied: Vec<(u32, u64)> = serialized.cells.into_iter().zip(serialized.counts).collect();
-    quantiles.histogram.add_counts(&occupied);
+    let memory = unsafe { pg_sys::CurrentMemoryContext };
+    let mut quantiles = QuantileState::new(serialized.parameters, memory);
+    let grid_size = quantiles.parameters.grid.size;
+    quantiles.histogram = Histogram::from_bytes(grid_size, &serialized.histogram.0, ContextAllocator(memory));
     Internal::new(quantiles)
 }
 
 extension_sql!(
     r#"
+-- Version-1 C functions of their own (see arguments.rs).
+CREATE FUNCTION dp_quantile_trans(state internal, value double precision, alpha double precision,
+                                  lo double precision, hi double precision, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_quantiles_trans(state internal, value double precision, alphas double precision[],
+                                   lo double precision, hi double precision, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_trans' LANGUAGE C PARALLEL SAFE;
 CREATE AGGREGATE dp_quantile(value double precision, alpha double precision,
                              lo double precision, hi double precision, epsilon double precision) (
     SFUNC = dp_quantile_trans, STYPE = internal, SSPACE = 1024,
@@ -335,8 +355,6 @@ COMMENT ON AGGREGATE dp_quantiles(double precision, double precision[], double p
 "#,
     name = "quantile_aggregates",
     requires = [
-        dp_quantile_trans,
-        dp_quantiles_trans,
         dp_quantile_final,
         dp_quantiles_final,
         dp_quantile_combine,
@@ -525,9 +543,10 @@ mod tests {
         plan[at..].split("kB").next().unwrap().trim().parse().unwrap()
     }
 
-    /// One group of 10^6 values uses about K + 1 = 2^20 + 1 counters of 8 bytes (8 MiB):
-    /// bound 9 MiB. 10^4 groups of 100 values use sparse cells each: bound 2.5 KiB per
-    /// group with PostgreSQL's own hash table and palloc's rounding, 25 MiB in all.
+    /// One group of 10^6 values uses about K + 1 = 2^20 + 1 one-byte counters (1 MiB;
+    /// no cell holds 256 values here, so no carry): bound 1.5 MiB. 10^4 groups of 100
+    /// values use sparse cells each: bound 2.5 KiB per group with PostgreSQL's own hash
+    /// table and palloc's rounding, 25 MiB in all.
     #[pg_test]
     fn quantile_memory_stays_within_its_bounds() {
         run(&[
@@ -541,8 +560,8 @@ mod tests {
             "ANALYZE million",
         ]);
         let one_group = hash_aggregate_memory_kb("SELECT one, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY one");
-        assert!(one_group <= 9 * 1024, "one group: {one_group} kB");
-        assert!(one_group >= 8 * 1024, "the dense histogram is accounted: {one_group} kB");
+        assert!(one_group <= 1536, "one group: {one_group} kB");
+        assert!(one_group >= 1024, "the dense histogram is accounted: {one_group} kB");
         let many_groups = hash_aggregate_memory_kb("SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY g");
         assert!(many_groups <= 25 * 1024, "10^4 groups: {many_groups} kB");
     }

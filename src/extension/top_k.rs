@@ -3,13 +3,17 @@
 //! Same state, combine and parallel machinery as dp_argmax (item_scores.rs); only the
 //! final functions differ.
 
+use super::arguments::{return_internal, CallArguments};
 use super::guc;
-use super::item_scores::{accumulate, final_state, Candidates, Form, ItemScores, SelectionArguments};
+use super::item_scores::{final_state, Candidates, Form, ItemScores, SelectionArguments};
 use crate::mechanisms::rng;
+use crate::mechanisms::scores::ItemScore;
 use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
 use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
-use pgrx::{AnyArray, AnyElement, Internal};
+use super::items::{ExtraArray, RawItem};
+use super::item_scores::accumulate;
+use pgrx::{AnyArray, Internal};
 
 const TOP_K: Form = Form {
     k: Some(2),
@@ -56,9 +60,8 @@ fn arguments(
     }
 }
 
-/// The items at `order`, as an array of the item type.
-fn items_array(scores: &ItemScores, order: &[usize]) -> Option<AnyArray> {
-    let entries = scores.table.entries();
+/// The items at `order` of `entries`, as an array of the item type.
+fn items_array(scores: &ItemScores, entries: &[&ItemScore<Datum>], order: &[usize]) -> Option<AnyArray> {
     let items: Vec<Datum> = order.iter().map(|&i| entries[i].item).collect();
     let item_type = scores.item_type;
     let array = item_type.array(&items);
@@ -77,11 +80,12 @@ unsafe fn top_k_final(fcinfo: pg_sys::FunctionCallInfo, state: &Internal, form: 
     }
     let k = scores.selection.k as usize;
     let temperature = k as f64 / scores.selection.epsilon;
-    let utilities = scores.table.scores();
+    let entries: Vec<_> = scores.table.iter().collect();
+    let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     let order = rng::with_generator(guc::seeding(), |rng| {
         one_shot_top_k(&utilities, k, temperature, rng)
     });
-    items_array(&scores, &order)
+    items_array(&scores, &entries, &order)
 }
 
 /// The limited-domain mechanism, (ε, δ)-DP (see mechanisms::top_k). With no item at all
@@ -95,66 +99,71 @@ unsafe fn unknown_domain_final(fcinfo: pg_sys::FunctionCallInfo, state: &Interna
         epsilon: selection.epsilon,
         delta: selection.delta.expect("the unknown-domain forms have delta"),
     };
-    let utilities = scores.table.scores();
+    let entries: Vec<_> = scores.table.iter().collect();
+    let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     // The items' hashes break ties among equal scores: a fixed function of the item.
-    let tie_breaks: Vec<u32> = scores.table.entries().iter().map(|e| e.hash).collect();
+    let tie_breaks: Vec<u32> = entries.iter().map(|entry| entry.hash).collect();
     let order = rng::with_generator(guc::seeding(), |rng| {
         limited_domain_top_k(&utilities, &tie_breaks, &parameters, rng)
     });
-    items_array(&scores, &order)
+    items_array(&scores, &entries, &order)
 }
 
-#[pg_extern(name = "dp_top_k_trans", parallel_safe)]
-fn dp_top_k_trans_counting(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, Some(1.0), None, None);
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
+crate::version_1_function_record!(pg_finfo_dp_top_k_trans);
 
-#[pg_extern(name = "dp_top_k_trans", parallel_safe)]
-fn dp_top_k_trans_scored(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    max_score: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, max_score, None, None);
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
-
-#[pg_extern(name = "dp_top_k_trans", parallel_safe)]
-#[allow(clippy::too_many_arguments)]
-fn dp_top_k_trans_candidates(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    max_score: Option<f64>,
-    candidates: Option<AnyArray>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, max_score, None, None);
-    let candidates = Candidates::Listed {
-        array: candidates.map(|array| array.datum()),
-        position: 5,
+/// Transition function of every form of dp_top_k, told apart by their number of
+/// arguments: (state, item, score, k, epsilon [, max_score [, candidates]]).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_top_k_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let call = CallArguments::new(fcinfo);
+    let max_score = if call.count() >= 6 { call.float(5) } else { Some(1.0) };
+    let candidates = if call.count() >= 7 {
+        Candidates::Listed {
+            array: call.datum(6),
+            position: 5,
+        }
+    } else {
+        Candidates::Open
     };
-    unsafe { accumulate(fcinfo, state, item, score, arguments, candidates) }
+    let arguments = arguments(call.integer(3), call.float(4), max_score, None, None);
+    let state = accumulate(
+        fcinfo,
+        Internal::from(call.datum(0)),
+        call.datum(1).map(RawItem),
+        call.float(2),
+        arguments,
+        candidates,
+    );
+    return_internal(fcinfo, state)
+}
+
+crate::version_1_function_record!(pg_finfo_dp_top_k_unknown_domain_trans);
+
+/// Transition function of every form of dp_top_k_unknown_domain, told apart by their
+/// number of arguments: (state, item, score, k, epsilon, delta [, max_score [, k_bar]]).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_top_k_unknown_domain_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let call = CallArguments::new(fcinfo);
+    let max_score = if call.count() >= 7 { call.float(6) } else { Some(1.0) };
+    let k_bar = (call.count() >= 8).then(|| call.integer(7));
+    let arguments = arguments(call.integer(3), call.float(4), max_score, Some(call.float(5)), k_bar);
+    let state = accumulate(
+        fcinfo,
+        Internal::from(call.datum(0)),
+        call.datum(1).map(RawItem),
+        call.float(2),
+        arguments,
+        Candidates::Open,
+    );
+    return_internal(fcinfo, state)
 }
 
 #[pg_extern(name = "dp_top_k_final", parallel_safe)]
 fn dp_top_k_final_counting(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,
@@ -166,7 +175,7 @@ fn dp_top_k_final_counting(
 #[pg_extern(name = "dp_top_k_final", parallel_safe)]
 fn dp_top_k_final_scored(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,
@@ -180,69 +189,22 @@ fn dp_top_k_final_scored(
 #[allow(clippy::too_many_arguments)]
 fn dp_top_k_final_candidates(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,
     _max_score: Option<f64>,
-    _candidates: Option<AnyArray>,
+    _candidates: Option<ExtraArray>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<AnyArray> {
     unsafe { top_k_final(fcinfo, &state, TOP_K_CANDIDATES) }
-}
-
-#[pg_extern(name = "dp_top_k_unknown_domain_trans", parallel_safe)]
-fn dp_top_k_unknown_domain_trans_counting(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    delta: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, Some(1.0), Some(delta), None);
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
-
-#[pg_extern(name = "dp_top_k_unknown_domain_trans", parallel_safe)]
-#[allow(clippy::too_many_arguments)]
-fn dp_top_k_unknown_domain_trans_scored(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    delta: Option<f64>,
-    max_score: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, max_score, Some(delta), None);
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
-}
-
-#[pg_extern(name = "dp_top_k_unknown_domain_trans", parallel_safe)]
-#[allow(clippy::too_many_arguments)]
-fn dp_top_k_unknown_domain_trans_k_bar(
-    state: Internal,
-    item: Option<AnyElement>,
-    score: Option<f64>,
-    k: Option<i32>,
-    epsilon: Option<f64>,
-    delta: Option<f64>,
-    max_score: Option<f64>,
-    k_bar: Option<i32>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    let arguments = arguments(k, epsilon, max_score, Some(delta), Some(k_bar));
-    unsafe { accumulate(fcinfo, state, item, score, arguments, Candidates::Open) }
 }
 
 #[pg_extern(name = "dp_top_k_unknown_domain_final", parallel_safe)]
 #[allow(clippy::too_many_arguments)]
 fn dp_top_k_unknown_domain_final_counting(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,
@@ -256,7 +218,7 @@ fn dp_top_k_unknown_domain_final_counting(
 #[allow(clippy::too_many_arguments)]
 fn dp_top_k_unknown_domain_final_scored(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,
@@ -271,7 +233,7 @@ fn dp_top_k_unknown_domain_final_scored(
 #[allow(clippy::too_many_arguments)]
 fn dp_top_k_unknown_domain_final_k_bar(
     state: Internal,
-    _item: Option<AnyElement>,
+    _item: Option<RawItem>,
     _score: Option<f64>,
     _k: Option<i32>,
     _epsilon: Option<f64>,

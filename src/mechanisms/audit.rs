@@ -152,7 +152,7 @@ mod tests {
         let histogram = |cells: &[u32]| {
             let mut histogram = Histogram::new(grid_size);
             cells.iter().for_each(|&c| histogram.add(c));
-            histogram.occupied()
+            histogram
         };
         let d = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
         let neighbour = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1, 10]);
@@ -162,8 +162,8 @@ mod tests {
             let mut rng = ChaCha20Rng::seed_from_u64(105);
             let mut rng2 = ChaCha20Rng::seed_from_u64(106);
             audit(
-                || sample_quantile(&d, grid_size, alpha, EPSILON * scale, &mut rng),
-                || sample_quantile(&neighbour, grid_size, alpha, EPSILON * scale, &mut rng2),
+                || sample_quantile(&d, alpha, EPSILON * scale, &mut rng),
+                || sample_quantile(&neighbour, alpha, EPSILON * scale, &mut rng2),
                 0.0,
             )
         };

@@ -39,18 +39,49 @@ pub fn noisy_keys<R: RngCore + ?Sized>(log_weights: &[f64], rng: &mut R) -> Vec<
         .collect()
 }
 
+/// The range of [`standard_gumbel`]: u lies in [2^-53, 1 − 2^-53], so
+/// G = −ln(−ln u) lies in [−ln(53·ln 2), −ln(−ln(1 − 2^-53))] = [−3.6038, 36.7368].
+const GUMBEL_LOWEST: f64 = -3.61;
+const GUMBEL_HIGHEST: f64 = 36.75;
+
+/// How far below the largest log-weight a candidate can still win a Gumbel race: its key
+/// is at most w − max + 36.75, the leader's at least −3.61.
+pub const CONTENDING: f64 = GUMBEL_HIGHEST - GUMBEL_LOWEST;
+
 /// Gumbel-max: index i with probability exp(log_weights[i]) / Σ_j exp(log_weights[j]).
 ///
-/// None when there is no candidate with a positive weight.
+/// Candidates more than [`CONTENDING`] below the largest log-weight cannot win with this
+/// generator's noise, so their noise is not drawn: the same distribution, at two
+/// logarithms per contender rather than per candidate. None when there is no candidate
+/// with a positive weight.
 pub fn gumbel_max<R: RngCore + ?Sized>(log_weights: &[f64], rng: &mut R) -> Option<usize> {
-    let keys = noisy_keys(log_weights, rng);
-    let mut best: Option<(usize, f64)> = None;
-    for (i, &key) in keys.iter().enumerate() {
-        if key > f64::NEG_INFINITY && best.is_none_or(|(_, b)| key > b) {
-            best = Some((i, key));
+    gumbel_max_streamed(|| log_weights.iter().copied().enumerate(), rng)
+}
+
+/// [`gumbel_max`] over candidates streamed twice by `candidates` (the same sequence of
+/// (candidate, log-weight) each time): once for the largest log-weight, once for the race,
+/// so that no list of candidates need exist.
+pub fn gumbel_max_streamed<T, I, R>(candidates: impl Fn() -> I, rng: &mut R) -> Option<T>
+where
+    I: Iterator<Item = (T, f64)>,
+    R: RngCore + ?Sized,
+{
+    let top = candidates().map(|(_, w)| w).fold(f64::NEG_INFINITY, f64::max);
+    if top == f64::NEG_INFINITY {
+        return None;
+    }
+    let mut best: Option<(T, f64)> = None;
+    for (candidate, w) in candidates() {
+        debug_assert!(!w.is_nan(), "a log-weight is NaN");
+        if w - top < -CONTENDING {
+            continue;
+        }
+        let key = (w - top) + standard_gumbel(rng);
+        if best.as_ref().is_none_or(|(_, b)| key > *b) {
+            best = Some((candidate, key));
         }
     }
-    best.map(|(i, _)| i)
+    best.map(|(candidate, _)| candidate)
 }
 
 /// The exponential mechanism: index i with probability ∝ exp(utilities[i] / temperature).
@@ -127,6 +158,29 @@ mod tests {
         for epsilon in [1e-12, 1e6] {
             assert!(exponential_mechanism(&[1e15, 0.0], 1.0 / epsilon, &mut rng).is_some());
         }
+    }
+
+    #[test]
+    fn the_gumbel_noise_stays_in_its_range() {
+        struct Constant(u64);
+        impl RngCore for Constant {
+            fn next_u32(&mut self) -> u32 {
+                self.0 as u32
+            }
+            fn next_u64(&mut self) -> u64 {
+                self.0
+            }
+            fn fill_bytes(&mut self, _: &mut [u8]) {}
+        }
+        // The extreme uniform draws give the extreme noise: u near 0 the lowest, u near 1
+        // the highest.
+        let lowest = standard_gumbel(&mut Constant(0));
+        let highest = standard_gumbel(&mut Constant(u64::MAX));
+        assert!(lowest > GUMBEL_LOWEST && lowest < GUMBEL_LOWEST + 0.01, "{lowest}");
+        assert!(highest < GUMBEL_HIGHEST && highest > GUMBEL_HIGHEST - 0.02, "{highest}");
+        // A candidate just beyond CONTENDING never wins, one just within can.
+        let mut rng = ChaCha20Rng::seed_from_u64(6);
+        assert!((0..100_000).all(|_| gumbel_max(&[0.0, -CONTENDING - 1e-9], &mut rng) == Some(0)));
     }
 
     #[test]

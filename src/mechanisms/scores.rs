@@ -6,7 +6,6 @@
 //! so that every row adds a number in [0, 1] and no sum can overflow.
 
 use allocator_api2::alloc::{Allocator, Global};
-use allocator_api2::vec::Vec as AllocVec;
 use hashbrown::HashTable;
 
 /// What one row adds to its item's score, in units of `max_score`.
@@ -29,12 +28,12 @@ pub struct ItemScore<I> {
     pub score: f64,
 }
 
-/// Item scores, insertion-ordered, with a hash index over them. `A` allocates both (the
-/// SQL layer passes PostgreSQL's aggregate memory context).
+/// Item scores in a hash table whose slots hold the item's hash, the item and its score,
+/// so that finding an item touches one slot (and the item itself, to compare it). `A`
+/// allocates the table (the SQL layer passes PostgreSQL's aggregate memory context).
 #[derive(Debug, Clone)]
 pub struct ScoreTable<I, A: Allocator + Clone = Global> {
-    entries: AllocVec<ItemScore<I>, A>,
-    index: HashTable<u32, A>,
+    table: HashTable<ItemScore<I>, A>,
     /// False once the candidate set is fixed: rows of other items are then ignored.
     open: bool,
 }
@@ -46,7 +45,7 @@ impl<I> Default for ScoreTable<I> {
 }
 
 /// hashbrown keys its buckets on the low bits and its control bytes on the top 7 bits of
-/// a 64-bit hash; PostgreSQL's hash functions give 32 bits, so place them in both halves.
+/// a 64-bit hash; item hashes have 32 bits, so place them in both halves.
 fn spread(hash: u32) -> u64 {
     ((hash as u64) << 32) | hash as u64
 }
@@ -62,8 +61,7 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
     /// An empty table that accepts any item, allocating with `allocator`.
     pub fn new_in(allocator: A) -> Self {
         Self {
-            entries: AllocVec::new_in(allocator.clone()),
-            index: HashTable::new_in(allocator),
+            table: HashTable::new_in(allocator),
             open: true,
         }
     }
@@ -88,44 +86,38 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
         mut same: impl FnMut(&I) -> bool,
         new_item: impl FnOnce() -> I,
     ) -> bool {
-        let entries = &mut self.entries;
-        let found = self.index.find(spread(hash), |&at| {
-            let entry = &entries[at as usize];
-            entry.hash == hash && same(&entry.item)
-        });
-        if let Some(&at) = found {
-            entries[at as usize].score += amount;
+        if let Some(entry) = self
+            .table
+            .find_mut(spread(hash), |entry| entry.hash == hash && same(&entry.item))
+        {
+            entry.score += amount;
             return true;
         }
         if !self.open {
             return false;
         }
-        let at = u32::try_from(entries.len()).expect("fewer than 2^32 distinct items");
-        entries.push(ItemScore {
+        let entry = ItemScore {
             hash,
             item: new_item(),
             score: amount,
-        });
-        self.index
-            .insert_unique(spread(hash), at, |&i| spread(entries[i as usize].hash));
+        };
+        self.table
+            .insert_unique(spread(hash), entry, |entry| spread(entry.hash));
         true
     }
 
-    pub fn entries(&self) -> &[ItemScore<I>] {
-        &self.entries
+    /// The items and their scores, in the table's order (fixed for a given sequence of
+    /// additions).
+    pub fn iter(&self) -> impl Iterator<Item = &ItemScore<I>> {
+        self.table.iter()
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The scores, in the order of [`ScoreTable::entries`].
-    pub fn scores(&self) -> Vec<f64> {
-        self.entries.iter().map(|e| e.score).collect()
+        self.table.is_empty()
     }
 }
 
@@ -142,16 +134,20 @@ mod tests {
         table.add(hash_of(state, item), amount, |i| i == item, || item.to_string())
     }
 
+    fn sorted(table: &ScoreTable<String>) -> Vec<(String, f64)> {
+        let mut entries: Vec<(String, f64)> = table.iter().map(|e| (e.item.clone(), e.score)).collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries
+    }
+
     #[test]
-    fn sums_per_item_in_insertion_order() {
+    fn sums_per_item() {
         let state = RandomState::new();
         let mut table = ScoreTable::new();
         for (item, amount) in [("a", 1.0), ("b", 0.5), ("a", 1.0), ("c", 0.0), ("b", 0.25)] {
             assert!(add(&mut table, &state, item, amount));
         }
-        let items: Vec<_> = table.entries().iter().map(|e| e.item.as_str()).collect();
-        assert_eq!(items, ["a", "b", "c"]);
-        assert_eq!(table.scores(), [2.0, 0.75, 0.0]);
+        assert_eq!(sorted(&table), [("a".into(), 2.0), ("b".into(), 0.75), ("c".into(), 0.0)]);
     }
 
     #[test]
@@ -160,7 +156,7 @@ mod tests {
         for item in ["x", "y", "x"] {
             table.add(7, 1.0, |i: &String| i == item, || item.to_string());
         }
-        assert_eq!(table.scores(), [2.0, 1.0]);
+        assert_eq!(sorted(&table), [("x".into(), 2.0), ("y".into(), 1.0)]);
     }
 
     #[test]
@@ -171,8 +167,7 @@ mod tests {
         table.close();
         assert!(!add(&mut table, &state, "intruder", 1.0));
         assert!(add(&mut table, &state, "candidate", 1.0));
-        assert_eq!(table.len(), 1);
-        assert_eq!(table.scores(), [1.0]);
+        assert_eq!(sorted(&table), [("candidate".into(), 1.0)]);
     }
 
     #[test]
@@ -185,7 +180,7 @@ mod tests {
             }
             assert_eq!(table.len(), 100_000, "round {round}");
         }
-        assert!(table.scores().iter().all(|&s| s == 3.0));
+        assert!(table.iter().all(|e| e.score == 3.0));
     }
 
     #[test]

@@ -1,0 +1,157 @@
+"""Performance of pg_exp_mech against PostgreSQL's own aggregates, on the same tables in
+the same run (`make bench`; README, section Performance).
+
+Every query is timed the same way: client wall time of SELECT count(q.*) FROM (<query>) q,
+so no result rows travel and no instrumentation runs; one warm-up each, then RUNS runs
+alternating ours and the baseline; medians are reported.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+
+import psycopg
+
+ROWS = int(os.environ.get("BENCH_ROWS", 10_000_000))
+GROUPS = int(os.environ.get("BENCH_GROUPS", 10_000))
+RUNS = int(os.environ.get("BENCH_RUNS", 5))
+
+# (name, our query, baseline query, goal: ours/baseline at most)
+CASES = [
+    ("dp_argmax, 1,000 Zipf items", "SELECT dp_argmax(item, 1, 1.0) FROM items_1k",
+     "SELECT item, count(*) FROM items_1k GROUP BY item", 1.2),
+    ("dp_argmax, 100,000 Zipf items", "SELECT dp_argmax(item, 1, 1.0) FROM items_100k",
+     "SELECT item, count(*) FROM items_100k GROUP BY item", 1.2),
+    ("dp_top_k(k = 10), 1,000 Zipf items", "SELECT dp_top_k(item, 1, 10, 1.0) FROM items_1k",
+     "SELECT item, count(*) FROM items_1k GROUP BY item", 1.2),
+    ("dp_quantile vs percentile_cont", "SELECT dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM numbers",
+     "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY v) FROM numbers", 0.33),
+    ("dp_quantile vs avg", "SELECT dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM numbers",
+     "SELECT avg(v) FROM numbers", 1.5),
+    (f"dp_quantile, GROUP BY {GROUPS:,} groups",
+     "SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM numbers GROUP BY g",
+     "SELECT g, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) FROM numbers GROUP BY g", 0.5),
+]
+
+
+def create_tables(connection):
+    """Zipf-like items (rank = floor(N^u), P(rank r) ∝ 1/r roughly), uniform numbers."""
+    with connection.cursor() as cursor:
+        print(f"generating tables of {ROWS:,} rows", flush=True)
+        cursor.execute("SELECT setseed(0.42)")
+        for name, items in (("items_1k", 1_000), ("items_100k", 100_000)):
+            cursor.execute(f"DROP TABLE IF EXISTS {name}")
+            cursor.execute(
+                f"CREATE TABLE {name} AS SELECT 'item-' || floor(power({items}, random()))::int AS item "
+                f"FROM generate_series(1, {ROWS})")
+        cursor.execute("DROP TABLE IF EXISTS numbers")
+        cursor.execute(f"CREATE TABLE numbers AS SELECT i % {GROUPS} AS g, random() * 1e6 AS v "
+                       f"FROM generate_series(1, {ROWS}) i")
+        for name in ("items_1k", "items_100k", "numbers"):
+            cursor.execute(f"VACUUM (FREEZE, ANALYZE) {name}")
+
+
+def timed(cursor, query):
+    started = time.perf_counter()
+    # count(q.*) needs every column: with count(*) PostgreSQL skips computing an aggregate
+    # nobody reads (it did for avg and percentile_cont), though not our VOLATILE ones.
+    cursor.execute(f"SELECT count(q.*) FROM ({query}) q")
+    cursor.fetchone()
+    return time.perf_counter() - started
+
+
+def run_cases(connection):
+    results = []
+    with connection.cursor() as cursor:
+        for workers in (0, 2):
+            cursor.execute(f"SET max_parallel_workers_per_gather = {workers}")
+            for name, ours, baseline, goal in CASES:
+                timed(cursor, ours), timed(cursor, baseline)  # warm-up
+                ours_times, baseline_times = [], []
+                for _ in range(RUNS):
+                    ours_times.append(timed(cursor, ours))
+                    baseline_times.append(timed(cursor, baseline))
+                result = {
+                    "case": name, "workers": workers, "goal": goal,
+                    "ours": statistics.median(ours_times),
+                    "baseline": statistics.median(baseline_times),
+                    "ours_runs": ours_times, "baseline_runs": baseline_times,
+                }
+                result["ratio"] = result["ours"] / result["baseline"]
+                results.append(result)
+                print(f"{name:42} workers {workers}: {result['ours']:7.3f} s vs "
+                      f"{result['baseline']:7.3f} s = {result['ratio']:.2f}x (goal <= {goal})",
+                      flush=True)
+    return results
+
+
+def backend_peak_memory(dsn, query):
+    """Peak private memory of a backend that runs `query` without workers: its RssAnon
+    (palloc'd and Rust-allocated memory, not the shared buffers it maps), sampled every
+    5 ms while the query runs, minus RssAnon before it."""
+    with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_workers_per_gather = 0")
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+
+        def private_kb():
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1])
+            raise RuntimeError("no RssAnon")
+
+        before = private_kb()
+        running = threading.Thread(target=timed, args=(cursor, query))
+        running.start()
+        peak = before
+        while running.is_alive():
+            peak = max(peak, private_kb())
+            time.sleep(0.005)
+        running.join()
+        return (max(peak, private_kb()) - before) / 1024
+
+
+def markdown(results, memory):
+    lines = ["| query | against | workers | pg_exp_mech (s) | PostgreSQL (s) | ratio | goal |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        baseline = next(c[2] for c in CASES if c[0] == r["case"])
+        against = baseline.split(" FROM ")[0].replace("SELECT ", "")
+        met = "met" if r["ratio"] <= r["goal"] else "**missed**"
+        lines.append(f"| {r['case']} | `{against}` | {r['workers']} | {r['ours']:.3f} | "
+                     f"{r['baseline']:.3f} | {r['ratio']:.2f}x | <= {r['goal']}x ({met}) |")
+    lines.append("")
+    lines.append(f"Peak private memory of the backend (RssAnon increase, no workers), {ROWS:,} rows: "
+                 + ", ".join(f"{name} {mb:.1f} MB" for name, mb in memory.items()))
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--out", required=True)
+    arguments = parser.parse_args()
+    with psycopg.connect(arguments.dsn, autocommit=True) as connection:
+        create_tables(connection)
+        results = run_cases(connection)
+    memory = {
+        "dp_quantile": backend_peak_memory(arguments.dsn, CASES[3][1]),
+        "percentile_cont": backend_peak_memory(arguments.dsn, CASES[3][2]),
+        "avg": backend_peak_memory(arguments.dsn, CASES[4][2]),
+    }
+    os.makedirs(arguments.out, exist_ok=True)
+    with open(os.path.join(arguments.out, "performance.json"), "w") as out:
+        json.dump({"rows": ROWS, "groups": GROUPS, "runs": RUNS, "results": results,
+                   "peak_memory_mb": memory}, out, indent=1)
+    table = markdown(results, memory)
+    with open(os.path.join(arguments.out, "performance.md"), "w") as out:
+        out.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The benchmark: `make bench`. Builds pg_exp_mech in release mode, starts a throwaway
+# cluster, generates the tables and measures (bench/bench.py) speed against PostgreSQL's
+# own aggregates on the same tables in the same run, and (bench/end_to_end.py) the same
+# questions answered by exporting the data to OpenDP and diffprivlib. Results in bench/out/.
+#
+# Sizes: BENCH_ROWS (10,000,000), BENCH_GROUPS (10,000), BENCH_RUNS (5).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$REPO"
+ensure_prerequisites
+install_extension release
+ensure_bench_venv
+
+DIR="${PG_EXP_MECH_BENCH_DIR:-/tmp/pg_exp_mech-bench}"
+PORT="$(free_port 57432)"
+say "starting a benchmark cluster in $DIR on port $PORT"
+# Memory enough that percentile_cont sorts in memory (a spilling baseline would flatter
+# us) and the tables stay cached; no JIT compilation noise on either side.
+start_cluster "$DIR" "$PORT" "shared_buffers = '4GB'" "work_mem = '1GB'" "jit = off" \
+    "max_parallel_workers_per_gather = 2" "max_parallel_workers = 4"
+trap 'stop_cluster "$DIR"' EXIT
+cluster_psql "$DIR" "$PORT" -q -c "CREATE EXTENSION pg_exp_mech"
+DSN="host=$DIR port=$PORT user=postgres dbname=postgres"
+mkdir -p bench/out
+
+say "speed against PostgreSQL's own aggregates"
+.venv/bin/python bench/bench.py --dsn "$DSN" --out bench/out
+say "end to end against OpenDP and diffprivlib"
+.venv/bin/python bench/end_to_end.py --dsn "$DSN" --out bench/out
+say "done: bench/out/performance.md, bench/out/end_to_end.md"
