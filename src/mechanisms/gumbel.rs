@@ -106,6 +106,19 @@ mod tests {
 
     const DRAWS: usize = 1_000_000;
 
+    /// A generator that always returns the same word, for the extreme draws.
+    struct Constant(u64);
+
+    impl RngCore for Constant {
+        fn next_u32(&mut self) -> u32 {
+            self.0 as u32
+        }
+        fn next_u64(&mut self) -> u64 {
+            self.0
+        }
+        fn fill_bytes(&mut self, _: &mut [u8]) {}
+    }
+
     fn frequencies(utilities: &[f64], temperature: f64, seed: u64) -> Vec<u64> {
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let mut counts = vec![0u64; utilities.len()];
@@ -162,16 +175,6 @@ mod tests {
 
     #[test]
     fn the_gumbel_noise_stays_in_its_range() {
-        struct Constant(u64);
-        impl RngCore for Constant {
-            fn next_u32(&mut self) -> u32 {
-                self.0 as u32
-            }
-            fn next_u64(&mut self) -> u64 {
-                self.0
-            }
-            fn fill_bytes(&mut self, _: &mut [u8]) {}
-        }
         // The extreme uniform draws give the extreme noise: u near 0 the lowest, u near 1
         // the highest.
         let lowest = standard_gumbel(&mut Constant(0));
@@ -193,16 +196,6 @@ mod tests {
 
     #[test]
     fn open_unit_interval_excludes_its_ends() {
-        struct Constant(u64);
-        impl RngCore for Constant {
-            fn next_u32(&mut self) -> u32 {
-                self.0 as u32
-            }
-            fn next_u64(&mut self) -> u64 {
-                self.0
-            }
-            fn fill_bytes(&mut self, _: &mut [u8]) {}
-        }
         for bits in [0, u64::MAX] {
             let u = open_unit_interval(&mut Constant(bits));
             assert!(u > 0.0 && u < 1.0);
