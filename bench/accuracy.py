@@ -195,8 +195,8 @@ def plot(quantiles, selection, path):
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
     figure.suptitle(f"Accuracy at equal epsilon on the UCI Adult data and a lognormal column "
-                    f"({DRAWS} draws per point, {SELECTION_DRAWS} for selection; errors drawn at "
-                    f"1e-3 are 0; a missing point: every draw failed)")
+                    f"({DRAWS} draws per point, {SELECTION_DRAWS} for selection; errors below 1e-3 "
+                    f"are drawn at 1e-3; a missing point: every draw failed)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 

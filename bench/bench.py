@@ -2,8 +2,9 @@
 the same run (`make bench`; README, section Performance).
 
 Every query is timed the same way: client wall time of SELECT count(q.*) FROM (<query>) q,
-so no result rows travel and no instrumentation runs; one warm-up each, then RUNS runs
-alternating ours and the baseline; medians are reported.
+so no result rows travel and no instrumentation runs; one warm-up each (in the first pass,
+without workers), then RUNS runs alternating ours and the baseline; medians are reported,
+with the number of workers each plan asked for.
 """
 
 import argparse
@@ -63,13 +64,22 @@ def timed(cursor, query):
     return time.perf_counter() - started
 
 
+def workers_planned(cursor, query):
+    """The parallel workers the plan asks for (0 for a serial plan), from plain EXPLAIN."""
+    cursor.execute(f"EXPLAIN (COSTS OFF) SELECT count(q.*) FROM ({query}) q")
+    planned = [int(line.split(":")[1]) for (line,) in cursor.fetchall()
+               if "Workers Planned:" in line]
+    return max(planned, default=0)
+
+
 def run_cases(connection):
     results = []
     with connection.cursor() as cursor:
         for workers in (0, 2):
             cursor.execute(f"SET max_parallel_workers_per_gather = {workers}")
             for name, ours, baseline, goal in CASES:
-                timed(cursor, ours), timed(cursor, baseline)  # warm-up
+                if workers == 0:
+                    timed(cursor, ours), timed(cursor, baseline)  # warm-up
                 ours_times, baseline_times = [], []
                 for _ in range(RUNS):
                     ours_times.append(timed(cursor, ours))
@@ -79,6 +89,8 @@ def run_cases(connection):
                     "ours": statistics.median(ours_times),
                     "baseline": statistics.median(baseline_times),
                     "ours_runs": ours_times, "baseline_runs": baseline_times,
+                    "ours_workers_planned": workers_planned(cursor, ours),
+                    "baseline_workers_planned": workers_planned(cursor, baseline),
                 }
                 result["ratio"] = result["ours"] / result["baseline"]
                 results.append(result)
@@ -116,13 +128,15 @@ def backend_peak_memory(dsn, query):
 
 
 def markdown(results, memory):
-    lines = ["| query | against | workers | pg_exp_mech (s) | PostgreSQL (s) | ratio | goal |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| query | against | max workers | workers planned (ours, PostgreSQL) | "
+             "pg_exp_mech (s) | PostgreSQL (s) | ratio | goal |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         baseline = next(c[2] for c in CASES if c[0] == r["case"])
         against = baseline.split(" FROM ")[0].replace("SELECT ", "")
         met = "met" if r["ratio"] <= r["goal"] else "**missed**"
-        lines.append(f"| {r['case']} | `{against}` | {r['workers']} | {r['ours']:.3f} | "
+        lines.append(f"| {r['case']} | `{against}` | {r['workers']} | "
+                     f"{r['ours_workers_planned']}, {r['baseline_workers_planned']} | {r['ours']:.3f} | "
                      f"{r['baseline']:.3f} | {r['ratio']:.2f}x | <= {r['goal']}x ({met}) |")
     lines.append("")
     lines.append(f"Peak private memory of the backend (RssAnon increase, no workers), {ROWS:,} rows: "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The accuracy study: `make accuracy`. Accuracy at equal epsilon of pg_exp_mech, OpenDP
 # and diffprivlib on the Adult data and a lognormal column (bench/accuracy.py). Tables in
-# bench/out/accuracy.md, the plot in docs/accuracy.png. About 15 minutes: OpenDP 0.13
+# bench/out/accuracy.md, the plot in docs/accuracy.png. About 25 minutes: OpenDP 0.13
 # draws its noise exactly, at about a millisecond per candidate.
 #
 # Draws: BENCH_DRAWS (200 per quantile setting), BENCH_SELECTION_DRAWS (1,000).
