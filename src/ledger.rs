@@ -142,18 +142,24 @@ impl Account {
     }
 }
 
+/// The complete lines of a ledger's text. A last line without its newline is a write cut
+/// short by a crash: that charge was never fsynced, so its result never left, and it does
+/// not count.
+pub fn complete_lines(text: &str) -> &str {
+    &text[..text.rfind('\n').map_or(0, |at| at + 1)]
+}
+
 /// The accounts a ledger adds up to, by role, and the length in bytes of its complete
-/// lines. A last line without its newline is a write cut short by a crash: that charge
-/// was never fsynced, so its result never left; it is not counted and the caller may
-/// truncate it away. Any other malformed line is an error.
+/// lines (the caller may truncate a torn last line away). Any malformed complete line is
+/// an error.
 pub fn replay(text: &str) -> Result<(BTreeMap<u32, Account>, usize), String> {
-    let complete = text.rfind('\n').map_or(0, |at| at + 1);
+    let complete = complete_lines(text);
     let mut accounts: BTreeMap<u32, Account> = BTreeMap::new();
-    for line in text[..complete].lines() {
+    for line in complete.lines() {
         let record = Record::parse(line)?;
         accounts.entry(record.role()).or_default().apply(&record);
     }
-    Ok((accounts, complete))
+    Ok((accounts, complete.len()))
 }
 
 /// FNV-1a, 64 bits: a stable fingerprint of a statement's text.

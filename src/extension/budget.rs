@@ -505,9 +505,8 @@ fn dp_ledger_entries() -> TableIterator<
         });
     }
     let text = fs::read_to_string(LEDGER).unwrap_or_default();
-    let complete = text.rfind('\n').map_or(0, |at| at + 1);
     let at = |time: i64| TimestampWithTimeZone::try_from(time).expect("a timestamp the ledger wrote");
-    let rows: Vec<_> = text[..complete]
+    let rows: Vec<_> = ledger::complete_lines(&text)
         .lines()
         .filter_map(|line| Record::parse(line).ok())
         .map(|record| match record {
