@@ -1,9 +1,9 @@
 //! dp_argmax: the exponential mechanism over per-item scores, as an aggregate.
 
-use super::arguments::{return_internal, CallArguments};
+use super::arguments::CallArguments;
 use super::guc;
 use super::item_scores::{
-    accumulate, final_state, Candidates, Form, SelectionArguments,
+    final_state, transition, Candidates, Form, SelectionArguments,
 };
 use crate::mechanisms::gumbel::exponential_mechanism;
 use crate::mechanisms::rng;
@@ -48,23 +48,7 @@ crate::version_1_function_record!(pg_finfo_dp_argmax_trans);
 pub unsafe extern "C-unwind" fn dp_argmax_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     let call = CallArguments::new(fcinfo);
     let max_score = if call.count() >= 5 { call.float(4) } else { Some(1.0) };
-    let candidates = if call.count() >= 6 {
-        Candidates::Listed {
-            array: call.datum(5),
-            position: 4,
-        }
-    } else {
-        Candidates::Open
-    };
-    let state = accumulate(
-        fcinfo,
-        Internal::from(call.datum(0)),
-        call.datum(1).map(RawItem),
-        call.float(2),
-        arguments(call.float(3), max_score),
-        candidates,
-    );
-    return_internal(fcinfo, state)
+    transition(fcinfo, &call, arguments(call.float(3), max_score), Candidates::of_call(&call, 5))
 }
 
 /// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max.

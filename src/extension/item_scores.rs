@@ -3,7 +3,7 @@
 //! deserialize for parallel aggregation. One implementation for every selection aggregate.
 
 use super::aggregate::{aggregate_memory, require_serializing};
-use super::arguments::{aggregate_argument, Argument, ArrayArgument};
+use super::arguments::{aggregate_argument, return_internal, Argument, ArrayArgument, CallArguments};
 use super::budget::{charge, Release};
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
@@ -177,11 +177,46 @@ unsafe fn call_item_type(fcinfo: pg_sys::FunctionCallInfo) -> ItemType {
     ItemType::lookup(type_oid, (*fcinfo).fncollation).unwrap_or_else(|e| raise(e))
 }
 
-/// The transition step shared by every selection aggregate.
+impl Candidates {
+    /// The candidates of a transition call: its argument `index` (the aggregate's argument
+    /// `index − 1`, as the state comes first) in the forms that have it, else Open.
+    pub fn of_call(call: &CallArguments, index: usize) -> Self {
+        if call.count() > index {
+            Candidates::Listed {
+                array: call.datum(index),
+                position: index - 1,
+            }
+        } else {
+            Candidates::Open
+        }
+    }
+}
+
+/// The transition function of every selection aggregate, called as
+/// (state, item, score, ...): the rest of the call is already read into `arguments` and
+/// `candidates`.
 ///
 /// # Safety
-/// `fcinfo` must be the call info of a transition function whose argument 1 is the item.
-pub unsafe fn accumulate(
+/// `fcinfo` must be the call info of that transition function, and `call` read from it.
+pub unsafe fn transition(
+    fcinfo: pg_sys::FunctionCallInfo,
+    call: &CallArguments,
+    arguments: SelectionArguments,
+    candidates: Candidates,
+) -> Datum {
+    let state = accumulate(
+        fcinfo,
+        Internal::from(call.datum(0)),
+        call.datum(1).map(RawItem),
+        call.float(2),
+        arguments,
+        candidates,
+    );
+    return_internal(fcinfo, state)
+}
+
+/// The transition step shared by every selection aggregate.
+unsafe fn accumulate(
     fcinfo: pg_sys::FunctionCallInfo,
     mut state: Internal,
     item: Option<RawItem>,

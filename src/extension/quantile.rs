@@ -211,6 +211,19 @@ unsafe fn unrecorded_final_histogram<'a>(
     Some((parameters, FinalHistogram::NoRows(empty)))
 }
 
+/// The transition function of both quantile aggregates, called as
+/// (state, value, alpha or alphas, lo, hi, epsilon), with argument 2 already read.
+unsafe fn transition(fcinfo: pg_sys::FunctionCallInfo, call: &CallArguments, alphas: Alphas) -> pg_sys::Datum {
+    let arguments = QuantileArguments {
+        alphas,
+        lo: call.float(3),
+        hi: call.float(4),
+        epsilon: call.float(5),
+    };
+    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
+    return_internal(fcinfo, state)
+}
+
 crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
 
 /// Transition function of dp_quantile: (state, value, alpha, lo, hi, epsilon).
@@ -218,14 +231,7 @@ crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
 #[no_mangle]
 pub unsafe extern "C-unwind" fn dp_quantile_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     let call = CallArguments::new(fcinfo);
-    let arguments = QuantileArguments {
-        alphas: Alphas::One(call.float(2)),
-        lo: call.float(3),
-        hi: call.float(4),
-        epsilon: call.float(5),
-    };
-    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
-    return_internal(fcinfo, state)
+    transition(fcinfo, &call, Alphas::One(call.float(2)))
 }
 
 crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
@@ -235,14 +241,7 @@ crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
 #[no_mangle]
 pub unsafe extern "C-unwind" fn dp_quantiles_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     let call = CallArguments::new(fcinfo);
-    let arguments = QuantileArguments {
-        alphas: Alphas::Many(call.datum(2)),
-        lo: call.float(3),
-        hi: call.float(4),
-        epsilon: call.float(5),
-    };
-    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
-    return_internal(fcinfo, state)
+    transition(fcinfo, &call, Alphas::Many(call.datum(2)))
 }
 
 /// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).

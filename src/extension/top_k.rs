@@ -3,7 +3,7 @@
 //! Same state, combine and parallel machinery as dp_argmax (item_scores.rs); only the
 //! final functions differ.
 
-use super::arguments::{return_internal, CallArguments};
+use super::arguments::CallArguments;
 use super::guc;
 use super::item_scores::{final_state, Candidates, Form, ItemScores, SelectionArguments};
 use crate::mechanisms::rng;
@@ -12,7 +12,7 @@ use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDoma
 use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
 use super::items::{ExtraArray, RawItem};
-use super::item_scores::accumulate;
+use super::item_scores::transition;
 use pgrx::{AnyArray, Internal};
 
 const TOP_K: Form = Form {
@@ -118,24 +118,8 @@ crate::version_1_function_record!(pg_finfo_dp_top_k_trans);
 pub unsafe extern "C-unwind" fn dp_top_k_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     let call = CallArguments::new(fcinfo);
     let max_score = if call.count() >= 6 { call.float(5) } else { Some(1.0) };
-    let candidates = if call.count() >= 7 {
-        Candidates::Listed {
-            array: call.datum(6),
-            position: 5,
-        }
-    } else {
-        Candidates::Open
-    };
     let arguments = arguments(call.integer(3), call.float(4), max_score, None, None);
-    let state = accumulate(
-        fcinfo,
-        Internal::from(call.datum(0)),
-        call.datum(1).map(RawItem),
-        call.float(2),
-        arguments,
-        candidates,
-    );
-    return_internal(fcinfo, state)
+    transition(fcinfo, &call, arguments, Candidates::of_call(&call, 6))
 }
 
 crate::version_1_function_record!(pg_finfo_dp_top_k_unknown_domain_trans);
@@ -149,15 +133,7 @@ pub unsafe extern "C-unwind" fn dp_top_k_unknown_domain_trans(fcinfo: pg_sys::Fu
     let max_score = if call.count() >= 7 { call.float(6) } else { Some(1.0) };
     let k_bar = (call.count() >= 8).then(|| call.integer(7));
     let arguments = arguments(call.integer(3), call.float(4), max_score, Some(call.float(5)), k_bar);
-    let state = accumulate(
-        fcinfo,
-        Internal::from(call.datum(0)),
-        call.datum(1).map(RawItem),
-        call.float(2),
-        arguments,
-        Candidates::Open,
-    );
-    return_internal(fcinfo, state)
+    transition(fcinfo, &call, arguments, Candidates::Open)
 }
 
 #[pg_extern(name = "dp_top_k_final", parallel_safe)]
