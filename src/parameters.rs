@@ -1,7 +1,7 @@
 //! Validation of the analyst's parameters: the one place every aggregate checks them.
 //!
 //! Parameters (epsilon, max_score, ...) are written by the analyst, so rejecting a bad one
-//! reveals nothing about the data (PRIVACY.md section 6). Data values are never checked
+//! reveals nothing about the data (../shared/PRIVACY.md, section 6). Data values are never checked
 //! here: they are clamped or skipped by the mechanisms instead.
 
 use crate::error::{format_number, Error};
@@ -34,7 +34,11 @@ pub fn k(value: Option<i32>) -> Result<u32, Error> {
 pub fn delta(value: Option<f64>) -> Result<f64, Error> {
     match value {
         Some(d) if d > 0.0 && d < 1.0 => Ok(d),
-        _ => Err(Error::invalid("delta", value, "greater than 0 and less than 1")),
+        _ => Err(Error::invalid(
+            "delta",
+            value,
+            "greater than 0 and less than 1",
+        )),
     }
 }
 
@@ -63,7 +67,10 @@ pub fn alphas(values: Option<&[Option<f64>]>) -> Result<Vec<f64>, Error> {
             value: if values.is_none() { "NULL" } else { "{}" }.into(),
             requirement: "a non-empty array".into(),
         }),
-        Some(values) => values.iter().map(|&a| in_unit_interval("alphas", a)).collect(),
+        Some(values) => values
+            .iter()
+            .map(|&a| in_unit_interval("alphas", a))
+            .collect(),
     }
 }
 
@@ -85,7 +92,10 @@ pub fn bounds(lo: Option<f64>, hi: Option<f64>) -> Result<(f64, f64), Error> {
         Some(h) if h.is_finite() && h > lo => Err(Error::invalid(
             "hi",
             hi,
-            format!("within the largest finite double of lo ({})", format_number(Some(lo))),
+            format!(
+                "within the largest finite double of lo ({})",
+                format_number(Some(lo))
+            ),
         )),
         Some(h) if h.is_finite() => Err(Error::invalid(
             "hi",
@@ -138,35 +148,79 @@ mod tests {
         assert_eq!(alpha(Some(0.0)), Ok(0.0));
         assert_eq!(alpha(Some(1.0)), Ok(1.0));
         for bad in [None, Some(-0.1), Some(1.5), Some(f64::NAN)] {
-            assert!(alpha(bad).unwrap_err().to_string().starts_with("alpha must be between 0 and 1, got "));
+            assert!(alpha(bad)
+                .unwrap_err()
+                .to_string()
+                .starts_with("alpha must be between 0 and 1, got "));
         }
-        assert_eq!(alphas(Some(&[Some(0.25), Some(0.75)])), Ok(vec![0.25, 0.75]));
-        assert_eq!(alphas(None).unwrap_err().to_string(), "alphas must be a non-empty array, got NULL");
-        assert_eq!(alphas(Some(&[])).unwrap_err().to_string(), "alphas must be a non-empty array, got {}");
+        assert_eq!(
+            alphas(Some(&[Some(0.25), Some(0.75)])),
+            Ok(vec![0.25, 0.75])
+        );
+        assert_eq!(
+            alphas(None).unwrap_err().to_string(),
+            "alphas must be a non-empty array, got NULL"
+        );
+        assert_eq!(
+            alphas(Some(&[])).unwrap_err().to_string(),
+            "alphas must be a non-empty array, got {}"
+        );
         assert_eq!(
             alphas(Some(&[Some(0.5), None])).unwrap_err().to_string(),
             "alphas must be between 0 and 1, got NULL"
         );
         assert_eq!(bounds(Some(0.0), Some(1e6)), Ok((0.0, 1e6)));
-        assert_eq!(bounds(Some(5.0), Some(1.0)).unwrap_err().to_string(), "hi must be greater than lo (5), got 1");
-        assert_eq!(bounds(Some(5.0), Some(5.0)).unwrap_err().to_string(), "hi must be greater than lo (5), got 5");
-        assert_eq!(bounds(None, Some(1.0)).unwrap_err().to_string(), "lo must be finite, got NULL");
-        assert_eq!(bounds(Some(f64::NEG_INFINITY), Some(1.0)).unwrap_err().to_string(), "lo must be finite, got -Infinity");
-        assert_eq!(bounds(Some(0.0), Some(f64::NAN)).unwrap_err().to_string(), "hi must be finite, got NaN");
-        assert!(bounds(Some(-1e308), Some(1e308)).unwrap_err().to_string().starts_with("hi must be within the largest finite double of lo"));
+        assert_eq!(
+            bounds(Some(5.0), Some(1.0)).unwrap_err().to_string(),
+            "hi must be greater than lo (5), got 1"
+        );
+        assert_eq!(
+            bounds(Some(5.0), Some(5.0)).unwrap_err().to_string(),
+            "hi must be greater than lo (5), got 5"
+        );
+        assert_eq!(
+            bounds(None, Some(1.0)).unwrap_err().to_string(),
+            "lo must be finite, got NULL"
+        );
+        assert_eq!(
+            bounds(Some(f64::NEG_INFINITY), Some(1.0))
+                .unwrap_err()
+                .to_string(),
+            "lo must be finite, got -Infinity"
+        );
+        assert_eq!(
+            bounds(Some(0.0), Some(f64::NAN)).unwrap_err().to_string(),
+            "hi must be finite, got NaN"
+        );
+        assert!(bounds(Some(-1e308), Some(1e308))
+            .unwrap_err()
+            .to_string()
+            .starts_with("hi must be within the largest finite double of lo"));
     }
 
     #[test]
     fn k_delta_and_k_bar() {
         assert_eq!(k(Some(3)), Ok(3));
-        assert_eq!(k(Some(0)).unwrap_err().to_string(), "k must be at least 1, got 0");
-        assert_eq!(k(None).unwrap_err().to_string(), "k must be at least 1, got NULL");
+        assert_eq!(
+            k(Some(0)).unwrap_err().to_string(),
+            "k must be at least 1, got 0"
+        );
+        assert_eq!(
+            k(None).unwrap_err().to_string(),
+            "k must be at least 1, got NULL"
+        );
         assert_eq!(delta(Some(1e-9)), Ok(1e-9));
         for bad in [None, Some(0.0), Some(1.0), Some(-0.1), Some(f64::NAN)] {
-            assert!(delta(bad).unwrap_err().to_string().starts_with("delta must be greater than 0 and less than 1, got "));
+            assert!(delta(bad)
+                .unwrap_err()
+                .to_string()
+                .starts_with("delta must be greater than 0 and less than 1, got "));
         }
         assert_eq!(k_bar(Some(5), 5), Ok(5));
-        assert_eq!(k_bar(Some(4), 5).unwrap_err().to_string(), "k_bar must be at least k (5), got 4");
+        assert_eq!(
+            k_bar(Some(4), 5).unwrap_err().to_string(),
+            "k_bar must be at least k (5), got 4"
+        );
         assert_eq!(
             unchanged_integer("k", 3, Some(4)).unwrap_err().to_string(),
             "k must be the same on every row of an aggregate, got 3 and then 4"
@@ -177,12 +231,23 @@ mod tests {
     fn epsilon_must_be_positive_and_finite() {
         assert_eq!(epsilon(Some(0.5)), Ok(0.5));
         assert_eq!(epsilon(Some(1e6)), Ok(1e6));
-        for bad in [None, Some(0.0), Some(-1.0), Some(f64::NAN), Some(f64::INFINITY)] {
+        for bad in [
+            None,
+            Some(0.0),
+            Some(-1.0),
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+        ] {
             let err = epsilon(bad).unwrap_err();
             assert_eq!(err.sqlstate(), "22023");
-            assert!(err.to_string().starts_with("epsilon must be finite and greater than 0, got "));
+            assert!(err
+                .to_string()
+                .starts_with("epsilon must be finite and greater than 0, got "));
         }
-        assert!(max_score(Some(-0.0)).unwrap_err().to_string().starts_with("max_score"));
+        assert!(max_score(Some(-0.0))
+            .unwrap_err()
+            .to_string()
+            .starts_with("max_score"));
     }
 
     #[test]

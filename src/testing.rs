@@ -11,12 +11,20 @@ const MIN_EXPECTED: f64 = 5.0;
 
 /// exp(u_i / temperature), normalised, computed stably.
 pub fn softmax(utilities: &[f64], temperature: f64) -> Vec<f64> {
-    normalise_log_weights(&utilities.iter().map(|u| u / temperature).collect::<Vec<_>>())
+    normalise_log_weights(
+        &utilities
+            .iter()
+            .map(|u| u / temperature)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// exp(w_i) / Σ exp(w_j), computed stably.
 pub fn normalise_log_weights(log_weights: &[f64]) -> Vec<f64> {
-    let top = log_weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let top = log_weights
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     let weights: Vec<f64> = log_weights.iter().map(|w| (w - top).exp()).collect();
     let total: f64 = weights.iter().sum();
     weights.iter().map(|w| w / total).collect()
@@ -65,7 +73,10 @@ pub fn quantile_distribution(
 ) -> Vec<f64> {
     let log_weights: Vec<f64> = (0..=grid_size)
         .map(|j| {
-            let below = cells.iter().filter(|&&x| if strictly_below { x < j } else { x <= j }).count() as f64;
+            let below = cells
+                .iter()
+                .filter(|&&x| if strictly_below { x < j } else { x <= j })
+                .count() as f64;
             let above = cells.iter().filter(|&&x| x > j).count() as f64;
             -((1.0 - alpha) * below - alpha * above).abs() / temperature
         })

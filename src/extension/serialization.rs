@@ -57,7 +57,11 @@ mod tests {
     fn bytes_round_trip_as_one_byte_string() {
         let bytes = Bytes((0..=255).collect());
         let encoded = serde_cbor::to_vec(&bytes).unwrap();
-        assert_eq!(encoded.len(), 256 + 3, "a byte string: header and the bytes");
+        assert_eq!(
+            encoded.len(),
+            256 + 3,
+            "a byte string: header and the bytes"
+        );
         assert_eq!(serde_cbor::from_slice::<Bytes>(&encoded).unwrap(), bytes);
     }
 }

@@ -17,9 +17,10 @@ $$"#;
 /// "SQLSTATE: message" of the error `query` raises, or "no error". The query runs in a
 /// subtransaction (a PL/pgSQL exception block), so the test can go on afterwards.
 pub fn error_of(query: &str) -> String {
-    let missing = Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.expect_error(text)') IS NULL")
-        .expect("a catalog lookup")
-        .unwrap_or(true);
+    let missing =
+        Spi::get_one::<bool>("SELECT to_regprocedure('pg_temp.expect_error(text)') IS NULL")
+            .expect("a catalog lookup")
+            .unwrap_or(true);
     if missing {
         Spi::run(EXPECT_ERROR).expect("helper function");
     }
@@ -41,7 +42,11 @@ pub fn column(query: &str) -> Vec<String> {
         client
             .select(query, None, &[])
             .unwrap_or_else(|e| panic!("{query}: {e}"))
-            .map(|row| row.get::<String>(1).unwrap().unwrap_or_else(|| "NULL".into()))
+            .map(|row| {
+                row.get::<String>(1)
+                    .unwrap()
+                    .unwrap_or_else(|| "NULL".into())
+            })
             .collect()
     })
 }
@@ -58,9 +63,15 @@ pub fn frequencies(query: &str) -> HashMap<String, u64> {
 /// Counts of `items`, in that order, from `frequencies`; panics on any other answer.
 pub fn counts_of(frequencies: &HashMap<String, u64>, items: &[&str]) -> Vec<u64> {
     for answer in frequencies.keys() {
-        assert!(items.contains(&answer.as_str()), "unexpected answer {answer:?}");
+        assert!(
+            items.contains(&answer.as_str()),
+            "unexpected answer {answer:?}"
+        );
     }
-    items.iter().map(|i| *frequencies.get(*i).unwrap_or(&0)).collect()
+    items
+        .iter()
+        .map(|i| *frequencies.get(*i).unwrap_or(&0))
+        .collect()
 }
 
 /// The text of `EXPLAIN (COSTS OFF) query`.

@@ -69,7 +69,10 @@ fn audit<K: Hash + Eq + Debug + Clone>(
 }
 
 fn assert_private(finding: Finding, epsilon: f64) {
-    eprintln!("audit: loss bound {:.3} (ε = {epsilon}) at {}", finding.loss, finding.output);
+    eprintln!(
+        "audit: loss bound {:.3} (ε = {epsilon}) at {}",
+        finding.loss, finding.output
+    );
     assert!(
         finding.loss <= epsilon,
         "privacy loss of at least {} > ε = {epsilon} at output {}",
@@ -79,7 +82,10 @@ fn assert_private(finding: Finding, epsilon: f64) {
 }
 
 fn assert_caught(finding: Finding, epsilon: f64) {
-    eprintln!("audit of a broken twin: loss bound {:.3} (ε = {epsilon}) at {}", finding.loss, finding.output);
+    eprintln!(
+        "audit of a broken twin: loss bound {:.3} (ε = {epsilon}) at {}",
+        finding.loss, finding.output
+    );
     assert!(
         finding.loss > epsilon,
         "the audit cannot see a broken mechanism: loss bound {} ≤ ε = {epsilon}",
@@ -178,7 +184,12 @@ mod tests {
     /// our (1 + e^ε) factor must not.
     #[test]
     fn audit_limited_domain() {
-        let parameters = LimitedDomain { k: 1, k_bar: 1, epsilon: EPSILON, delta: 0.05 };
+        let parameters = LimitedDomain {
+            k: 1,
+            k_bar: 1,
+            epsilon: EPSILON,
+            delta: 0.05,
+        };
         let run = |parameters: LimitedDomain| {
             let mut rng = ChaCha20Rng::seed_from_u64(107);
             let mut rng2 = ChaCha20Rng::seed_from_u64(108);
@@ -192,7 +203,10 @@ mod tests {
         // With δ·(1 + e^ε) in place of δ the offset becomes τ·ln(1/δ): the naive
         // threshold, which returns the single-row item too often for δ.
         let naive_delta = parameters.delta * (1.0 + EPSILON.exp());
-        let naive = LimitedDomain { delta: naive_delta, ..parameters };
+        let naive = LimitedDomain {
+            delta: naive_delta,
+            ..parameters
+        };
         let caught = {
             let mut rng = ChaCha20Rng::seed_from_u64(107);
             let mut rng2 = ChaCha20Rng::seed_from_u64(108);
@@ -205,7 +219,12 @@ mod tests {
         assert_caught(caught, EPSILON);
 
         // Items present on both sides, the added row lifting the third above ⊥'s reach.
-        let wide = LimitedDomain { k: 2, k_bar: 2, epsilon: EPSILON, delta: 1e-3 };
+        let wide = LimitedDomain {
+            k: 2,
+            k_bar: 2,
+            epsilon: EPSILON,
+            delta: 1e-3,
+        };
         let mut rng = ChaCha20Rng::seed_from_u64(109);
         let mut rng2 = ChaCha20Rng::seed_from_u64(110);
         let finding = audit(

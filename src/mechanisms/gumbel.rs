@@ -3,7 +3,7 @@
 //! argmax_i (w_i + G_i) with G_i iid standard Gumbel picks i with probability
 //! exp(w_i) / Σ_j exp(w_j) (seed `fn make_base_exponential_candidates_gumbel`, OpenDP). It
 //! never exponentiates, so scaled scores of 1e15 neither overflow nor underflow
-//! (PRIVACY.md section 2).
+//! (../shared/PRIVACY.md, section 2).
 
 use rand::RngCore;
 
@@ -25,7 +25,10 @@ pub fn standard_gumbel<R: RngCore + ?Sized>(rng: &mut R) -> f64 {
 /// Subtracting the maximum first keeps the noise visible when the weights are huge
 /// (1e21 + G would round G away and turn every tie into "the first one wins").
 pub fn noisy_keys<R: RngCore + ?Sized>(log_weights: &[f64], rng: &mut R) -> Vec<f64> {
-    let top = log_weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let top = log_weights
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     log_weights
         .iter()
         .map(|&w| {
@@ -66,7 +69,9 @@ where
     I: Iterator<Item = (T, f64)>,
     R: RngCore + ?Sized,
 {
-    let top = candidates().map(|(_, w)| w).fold(f64::NEG_INFINITY, f64::max);
+    let top = candidates()
+        .map(|(_, w)| w)
+        .fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY {
         return None;
     }
@@ -87,7 +92,7 @@ where
 /// The exponential mechanism: index i with probability ∝ exp(utilities[i] / temperature).
 ///
 /// With utilities in units of their range and temperature = 1/ε this is ε-DP (the tight,
-/// range-based analysis of Dong, Durfee and Rogers 2019; PRIVACY.md section 3).
+/// range-based analysis of Dong, Durfee and Rogers 2019; ../shared/PRIVACY.md, section 3).
 pub fn exponential_mechanism<R: RngCore + ?Sized>(
     utilities: &[f64],
     temperature: f64,
@@ -179,8 +184,14 @@ mod tests {
         // the highest.
         let lowest = standard_gumbel(&mut Constant(0));
         let highest = standard_gumbel(&mut Constant(u64::MAX));
-        assert!(lowest > GUMBEL_LOWEST && lowest < GUMBEL_LOWEST + 0.01, "{lowest}");
-        assert!(highest < GUMBEL_HIGHEST && highest > GUMBEL_HIGHEST - 0.02, "{highest}");
+        assert!(
+            lowest > GUMBEL_LOWEST && lowest < GUMBEL_LOWEST + 0.01,
+            "{lowest}"
+        );
+        assert!(
+            highest < GUMBEL_HIGHEST && highest > GUMBEL_HIGHEST - 0.02,
+            "{highest}"
+        );
         // A candidate just beyond CONTENDING never wins, one just within can.
         let mut rng = ChaCha20Rng::seed_from_u64(6);
         assert!((0..100_000).all(|_| gumbel_max(&[0.0, -CONTENDING - 1e-9], &mut rng) == Some(0)));

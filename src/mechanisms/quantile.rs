@@ -1,4 +1,4 @@
-//! Private quantiles on a public grid (PRIVACY.md section 5).
+//! Private quantiles on a public grid (../shared/PRIVACY.md, section 5).
 //!
 //! Candidates are the grid points c_j = lo + j·(hi − lo)/K, j = 0..=K. Each value, clamped
 //! to [lo, hi], counts at its nearest grid point (its cell). The utility of c is
@@ -118,7 +118,11 @@ impl<A: Allocator + Clone> SparseCells<A> {
         let mut sparse = self.clone();
         // A clone cannot overflow where the original did not: its counts are the same.
         let _ = sparse.compact();
-        sparse.sorted.iter().map(|&(cell, count)| (cell, count as u64)).collect()
+        sparse
+            .sorted
+            .iter()
+            .map(|&(cell, count)| (cell, count as u64))
+            .collect()
     }
 
     fn allocated_bytes(&self) -> usize {
@@ -213,7 +217,11 @@ const BATCH: usize = 1 << 14;
 
 /// Sorts cells (less than 2^32) by their low `bits` bits, 8 at a time, least
 /// significant first (LSD radix sort), using `scratch` as the second buffer.
-fn radix_sort<A: Allocator + Clone>(cells: &mut AllocVec<u32, A>, scratch: &mut AllocVec<u32, A>, bits: u32) {
+fn radix_sort<A: Allocator + Clone>(
+    cells: &mut AllocVec<u32, A>,
+    scratch: &mut AllocVec<u32, A>,
+    bits: u32,
+) {
     scratch.clear();
     scratch.resize(cells.len(), 0);
     let mut shift = 0;
@@ -270,7 +278,12 @@ impl<A: Allocator + Clone> DenseCells<A> {
     }
 
     /// Adds another dense histogram's counters, carries and pending cells.
-    fn add_dense(&mut self, low: &[u8], carries: impl Iterator<Item = (u32, u64)>, pending: &[u32]) {
+    fn add_dense(
+        &mut self,
+        low: &[u8],
+        carries: impl Iterator<Item = (u32, u64)>,
+        pending: &[u32],
+    ) {
         for (cell, (ours, &theirs)) in self.low.iter_mut().zip(low).enumerate() {
             let sum = *ours as u16 + theirs as u16;
             *ours = sum as u8;
@@ -378,7 +391,10 @@ impl<A: Allocator + Clone> Histogram<A> {
     pub fn add_counts(&mut self, occupied: &[(u32, u64)]) {
         self.total += occupied.iter().map(|&(_, n)| n).sum::<u64>();
         if let Cells::Sparse(sparse) = &mut self.cells {
-            match sparse.compact().and_then(|()| sparse.merge_sorted(occupied)) {
+            match sparse
+                .compact()
+                .and_then(|()| sparse.merge_sorted(occupied))
+            {
                 Ok(()) => {
                     if sparse.sorted.len() as u64 > (self.grid_size as u64 + 1) / 16 {
                         self.densify();
@@ -406,7 +422,11 @@ impl<A: Allocator + Clone> Histogram<A> {
         let Cells::Dense(ours) = &mut self.cells else {
             unreachable!("just made dense");
         };
-        ours.add_dense(&theirs.low, theirs.carries.iter().map(|(&c, &n)| (c, n)), &theirs.pending);
+        ours.add_dense(
+            &theirs.low,
+            theirs.carries.iter().map(|(&c, &n)| (c, n)),
+            &theirs.pending,
+        );
     }
 
     /// The histogram as bytes (little-endian): a tag, then the occupied cells and counts
@@ -449,13 +469,15 @@ impl<A: Allocator + Clone> Histogram<A> {
         match reader.take(1)[0] {
             0 => {
                 let count = reader.u32() as usize;
-                let occupied: Vec<(u32, u64)> = (0..count).map(|_| (reader.u32(), reader.u64())).collect();
+                let occupied: Vec<(u32, u64)> =
+                    (0..count).map(|_| (reader.u32(), reader.u64())).collect();
                 histogram.add_counts(&occupied);
             }
             _ => {
                 let low = reader.take(grid_size as usize + 1);
-                let carries: Vec<(u32, u64)> =
-                    (0..reader.u32()).map(|_| (reader.u32(), reader.u64())).collect();
+                let carries: Vec<(u32, u64)> = (0..reader.u32())
+                    .map(|_| (reader.u32(), reader.u64()))
+                    .collect();
                 let pending: Vec<u32> = (0..reader.u32()).map(|_| reader.u32()).collect();
                 histogram.total = low.iter().map(|&n| n as u64).sum::<u64>()
                     + 256 * carries.iter().map(|&(_, n)| n).sum::<u64>()
@@ -554,7 +576,11 @@ impl Run {
     /// ln(length) + utility / temperature: the log-weight of the run as one candidate.
     fn log_weight(&self, temperature: f64) -> f64 {
         let length = self.last - self.first + 1;
-        let log_length = if length == 1 { 0.0 } else { (length as f64).ln() };
+        let log_length = if length == 1 {
+            0.0
+        } else {
+            (length as f64).ln()
+        };
         log_length + self.utility / temperature
     }
 }
@@ -568,7 +594,8 @@ pub fn runs(
     grid_size: u32,
     alpha: f64,
 ) -> impl Iterator<Item = Run> {
-    let utility = move |below: u64, above: u64| -((1.0 - alpha) * below as f64 - alpha * above as f64).abs();
+    let utility =
+        move |below: u64, above: u64| -((1.0 - alpha) * below as f64 - alpha * above as f64).abs();
     let (mut next, mut below) = (0u32, 0u64);
     let mut occupied = occupied.map(Some).chain(std::iter::once(None));
     let mut cell_run: Option<Run> = None;
@@ -621,7 +648,8 @@ pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
     let temperature = temperature(alpha, epsilon);
     let (total, grid_size) = (histogram.total(), histogram.grid_size());
     let candidates = || {
-        runs(histogram.iter_occupied(), total, grid_size, alpha).map(|run| (run, run.log_weight(temperature)))
+        runs(histogram.iter_occupied(), total, grid_size, alpha)
+            .map(|run| (run, run.log_weight(temperature)))
     };
     let chosen = gumbel_max_streamed(candidates, rng).expect("the grid has at least one point");
     rng.random_range(chosen.first..=chosen.last)
@@ -654,7 +682,9 @@ pub fn sample_quantiles<A: Allocator + Clone, R: RngCore + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{assert_matches_distribution, normalise_log_weights, quantile_distribution as exact};
+    use crate::testing::{
+        assert_matches_distribution, normalise_log_weights, quantile_distribution as exact,
+    };
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
 
@@ -677,7 +707,11 @@ mod tests {
         }
         let t = temperature(alpha, epsilon);
         let right = exact(cells, grid_size, alpha, t, true);
-        assert_matches_distribution(&counts, &right, &exact(cells, grid_size, alpha, 2.0 * t, true));
+        assert_matches_distribution(
+            &counts,
+            &right,
+            &exact(cells, grid_size, alpha, 2.0 * t, true),
+        );
         assert_matches_distribution(&counts, &right, &exact(cells, grid_size, alpha, t, false));
     }
 
@@ -730,7 +764,11 @@ mod tests {
 
     #[test]
     fn the_grid_snaps_to_the_nearest_point_and_clamps() {
-        let grid = Grid { lo: 0.0, hi: 10.0, size: 10 };
+        let grid = Grid {
+            lo: 0.0,
+            hi: 10.0,
+            size: 10,
+        };
         assert_eq!(grid.cell(3.4), 3);
         assert_eq!(grid.cell(3.5), 4);
         assert_eq!(grid.cell(-5.0), 0);
@@ -739,11 +777,25 @@ mod tests {
         assert_eq!(grid.point(0), 0.0);
         assert_eq!(grid.point(10), 10.0);
         assert_eq!(grid.point(7), 7.0);
-        let whole = Grid { lo: 0.0, hi: 100.0, size: 100 };
+        let whole = Grid {
+            lo: 0.0,
+            hi: 100.0,
+            size: 100,
+        };
         assert!((0..=100).all(|j| whole.point(j) == j as f64));
-        let huge = Grid { lo: -8e307, hi: 9e307, size: DEFAULT_GRID_SIZE };
-        assert!((0..=DEFAULT_GRID_SIZE).step_by(4099).all(|j| huge.point(j).is_finite()));
-        let fine = Grid { lo: -1e6, hi: 1e6, size: DEFAULT_GRID_SIZE };
+        let huge = Grid {
+            lo: -8e307,
+            hi: 9e307,
+            size: DEFAULT_GRID_SIZE,
+        };
+        assert!((0..=DEFAULT_GRID_SIZE)
+            .step_by(4099)
+            .all(|j| huge.point(j).is_finite()));
+        let fine = Grid {
+            lo: -1e6,
+            hi: 1e6,
+            size: DEFAULT_GRID_SIZE,
+        };
         assert_eq!(fine.cell(fine.point(123_456)), 123_456);
     }
 
@@ -784,7 +836,11 @@ mod tests {
         assert_eq!(histogram.occupied(), expected);
         assert_eq!(histogram.total(), 10_000);
         assert!(matches!(histogram.cells, Cells::Sparse(_)));
-        assert!(histogram.allocated_bytes() <= 40 * 8 + 128 * 4, "{}", histogram.allocated_bytes());
+        assert!(
+            histogram.allocated_bytes() <= 40 * 8 + 128 * 4,
+            "{}",
+            histogram.allocated_bytes()
+        );
         // Merging sparse histograms adds them up.
         let mut other = Histogram::new(DEFAULT_GRID_SIZE);
         other.add(5);
@@ -810,7 +866,10 @@ mod tests {
         assert_eq!(occupied[9], (9, 257));
         assert_eq!(occupied[100], (100, 2));
         assert_eq!(histogram.total(), 101 + 1000 + 557);
-        assert_eq!(occupied.iter().map(|&(_, n)| n).sum::<u64>(), histogram.total());
+        assert_eq!(
+            occupied.iter().map(|&(_, n)| n).sum::<u64>(),
+            histogram.total()
+        );
     }
 
     #[test]
@@ -890,7 +949,9 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(25);
         for _ in 0..10_000 {
             let answers = sample_quantiles(&histogram, &[0.9, 0.1, 0.5, 0.5], 0.3, &mut rng);
-            assert!(answers[1] <= answers[2] && answers[2] <= answers[3] && answers[3] <= answers[0]);
+            assert!(
+                answers[1] <= answers[2] && answers[2] <= answers[3] && answers[3] <= answers[0]
+            );
         }
     }
 
@@ -908,6 +969,10 @@ mod tests {
             }
         }
         let t = temperature(0.5, 1.0);
-        assert_matches_distribution(&counts, &exact(&DATA, 20, 0.5, t, true), &exact(&DATA, 20, 0.5, t / 2.0, true));
+        assert_matches_distribution(
+            &counts,
+            &exact(&DATA, 20, 0.5, t, true),
+            &exact(&DATA, 20, 0.5, t / 2.0, true),
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The one source of randomness: ChaCha20, seeded from the operating system, or from a
-//! fixed seed that only a superuser can set (PRIVACY.md section 7).
+//! fixed seed that only a superuser can set (../shared/PRIVACY.md, section 7).
 //!
 //! One generator per process, created on first use. PostgreSQL forks its backends and
 //! parallel workers from the postmaster, so the generator remembers the process it was
@@ -64,7 +64,10 @@ mod tests {
         };
         let first = with_generator(fixed(1), |rng| rng.next_u64());
         let second = with_generator(fixed(1), |rng| rng.next_u64());
-        assert_ne!(first, second, "the stream continues while the seed is unchanged");
+        assert_ne!(
+            first, second,
+            "the stream continues while the seed is unchanged"
+        );
         assert_eq!(with_generator(fixed(2), |rng| rng.next_u64()), first);
     }
 
@@ -72,7 +75,13 @@ mod tests {
     fn os_seeding_differs_from_run_to_run() {
         let a = with_generator(Seeding::Os, |rng| rng.next_u64());
         // Leaving and re-entering OS seeding draws new entropy.
-        with_generator(Seeding::Fixed { seed: 1, generation: 1 }, |_| ());
+        with_generator(
+            Seeding::Fixed {
+                seed: 1,
+                generation: 1,
+            },
+            |_| (),
+        );
         let b = with_generator(Seeding::Os, |rng| rng.next_u64());
         assert_ne!(a, b);
     }

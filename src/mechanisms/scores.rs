@@ -11,7 +11,7 @@ use hashbrown::HashTable;
 /// What one row adds to its item's score, in units of `max_score`.
 ///
 /// Clamping makes the promised bound true for any data; an error on an out-of-range score
-/// would reveal that such a row exists (PRIVACY.md section 4). NULL and NaN count 0.
+/// would reveal that such a row exists (../shared/PRIVACY.md, section 4). NULL and NaN count 0.
 pub fn contribution(score: Option<f64>, max_score: f64) -> f64 {
     match score {
         Some(s) if !s.is_nan() => s.clamp(0.0, max_score) / max_score,
@@ -86,10 +86,9 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
         mut same: impl FnMut(&I) -> bool,
         new_item: impl FnOnce() -> I,
     ) -> bool {
-        if let Some(entry) = self
-            .table
-            .find_mut(spread(hash), |entry| entry.hash == hash && same(&entry.item))
-        {
+        if let Some(entry) = self.table.find_mut(spread(hash), |entry| {
+            entry.hash == hash && same(&entry.item)
+        }) {
             entry.score += amount;
             return true;
         }
@@ -131,11 +130,17 @@ mod tests {
     }
 
     fn add(table: &mut ScoreTable<String>, state: &RandomState, item: &str, amount: f64) -> bool {
-        table.add(hash_of(state, item), amount, |i| i == item, || item.to_string())
+        table.add(
+            hash_of(state, item),
+            amount,
+            |i| i == item,
+            || item.to_string(),
+        )
     }
 
     fn sorted(table: &ScoreTable<String>) -> Vec<(String, f64)> {
-        let mut entries: Vec<(String, f64)> = table.iter().map(|e| (e.item.clone(), e.score)).collect();
+        let mut entries: Vec<(String, f64)> =
+            table.iter().map(|e| (e.item.clone(), e.score)).collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         entries
     }
@@ -147,7 +152,10 @@ mod tests {
         for (item, amount) in [("a", 1.0), ("b", 0.5), ("a", 1.0), ("c", 0.0), ("b", 0.25)] {
             assert!(add(&mut table, &state, item, amount));
         }
-        assert_eq!(sorted(&table), [("a".into(), 2.0), ("b".into(), 0.75), ("c".into(), 0.0)]);
+        assert_eq!(
+            sorted(&table),
+            [("a".into(), 2.0), ("b".into(), 0.75), ("c".into(), 0.0)]
+        );
     }
 
     #[test]

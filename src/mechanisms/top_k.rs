@@ -13,9 +13,8 @@ use std::cmp::Ordering;
 /// selection (O(n)) then a sort of the k selected (O(k log k)). Keys of −∞ are never
 /// selected.
 fn largest(keys: &[f64], k: usize) -> Vec<usize> {
-    let by_key_descending = |a: &usize, b: &usize| {
-        keys[*b].partial_cmp(&keys[*a]).unwrap_or(Ordering::Equal)
-    };
+    let by_key_descending =
+        |a: &usize, b: &usize| keys[*b].partial_cmp(&keys[*a]).unwrap_or(Ordering::Equal);
     let mut indices: Vec<usize> = (0..keys.len())
         .filter(|&i| keys[i] > f64::NEG_INFINITY)
         .collect();
@@ -66,6 +65,7 @@ impl LimitedDomain {
     /// Why this is (ε, δ)-DP, for inputs D and D' = D plus one row on item j (which raises
     /// j's utility by c ∈ [0, 1]). Let T(D) be the top k̄ items in a fixed order (utility,
     /// then the item's hash), b(D) = u_(k̄+1)(D) + offset (u_(k̄+1) = 0 when fewer items).
+    ///
     /// 1. Only j changes, so T changes by at most one swap: j may enter and push out one
     ///    item l. Order statistics move by at most c, so b(D') − b(D) ∈ [0, 1].
     /// 2. Run both inputs on S = T(D) ∪ T(D') with their own thresholds. Every competitor,
@@ -74,6 +74,7 @@ impl LimitedDomain {
     /// 3. Running on S instead of T(D) changes the output only if j beats ⊥ under D. j is
     ///    not in T(D), so u_j(D) ≤ u_(k̄+1)(D) and P[j beats ⊥] ≤ exp(−offset/τ) = δ_t
     ///    with δ_t = δ/(1 + e^ε). Likewise l under D'.
+    ///
     /// Hence P[M(D) ∈ A] ≤ δ_t + e^ε (P[M(D') ∈ A] + δ_t) = e^ε P[M(D') ∈ A] + δ, and the
     /// other way round. An item with a single row (utility ≤ 1) is returned with
     /// probability at most δ_t·e^{ε/k} < δ.
@@ -148,7 +149,12 @@ mod tests {
 
     /// k rounds of the exponential mechanism, each at `temperature`, without replacement:
     /// the reference the one-shot mechanism must match.
-    fn peeling_top_k(utilities: &[f64], k: usize, temperature: f64, rng: &mut ChaCha20Rng) -> Vec<usize> {
+    fn peeling_top_k(
+        utilities: &[f64],
+        k: usize,
+        temperature: f64,
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<usize> {
         let mut remaining: Vec<usize> = (0..utilities.len()).collect();
         let mut chosen = Vec::new();
         while chosen.len() < k && !remaining.is_empty() {
@@ -159,11 +165,9 @@ mod tests {
         chosen
     }
 
-    fn list_counts(
-        lists: &[Vec<usize>],
-        mut sample: impl FnMut() -> Vec<usize>,
-    ) -> Vec<u64> {
-        let index: HashMap<&Vec<usize>, usize> = lists.iter().enumerate().map(|(i, l)| (l, i)).collect();
+    fn list_counts(lists: &[Vec<usize>], mut sample: impl FnMut() -> Vec<usize>) -> Vec<u64> {
+        let index: HashMap<&Vec<usize>, usize> =
+            lists.iter().enumerate().map(|(i, l)| (l, i)).collect();
         let mut counts = vec![0u64; lists.len()];
         for _ in 0..DRAWS {
             counts[index[&sample()]] += 1;
@@ -177,16 +181,26 @@ mod tests {
         let (k, epsilon) = (2, 2.0);
         let temperature = k as f64 / epsilon;
         let lists = ordered_lists(utilities.len(), k);
-        let exact: Vec<f64> = lists.iter().map(|l| peeling_probability(&utilities, l, temperature)).collect();
+        let exact: Vec<f64> = lists
+            .iter()
+            .map(|l| peeling_probability(&utilities, l, temperature))
+            .collect();
         // Peeling at ε per round (k times the budget) must be told apart.
-        let too_sharp: Vec<f64> = lists.iter().map(|l| peeling_probability(&utilities, l, 1.0 / epsilon)).collect();
+        let too_sharp: Vec<f64> = lists
+            .iter()
+            .map(|l| peeling_probability(&utilities, l, 1.0 / epsilon))
+            .collect();
 
         let mut rng = ChaCha20Rng::seed_from_u64(11);
-        let one_shot = list_counts(&lists, || one_shot_top_k(&utilities, k, temperature, &mut rng));
+        let one_shot = list_counts(&lists, || {
+            one_shot_top_k(&utilities, k, temperature, &mut rng)
+        });
         assert_matches_distribution(&one_shot, &exact, &too_sharp);
 
         // The reference sampler itself follows the exact peeling distribution.
-        let peeled = list_counts(&lists, || peeling_top_k(&utilities, k, temperature, &mut rng));
+        let peeled = list_counts(&lists, || {
+            peeling_top_k(&utilities, k, temperature, &mut rng)
+        });
         assert_matches_distribution(&peeled, &exact, &too_sharp);
     }
 
@@ -194,8 +208,14 @@ mod tests {
     fn one_shot_top_k_returns_everything_when_fewer_than_k() {
         let utilities = [0.0, 2.0, 1.0];
         let lists = ordered_lists(3, 3);
-        let exact: Vec<f64> = lists.iter().map(|l| peeling_probability(&utilities, l, 5.0)).collect();
-        let wrong: Vec<f64> = lists.iter().map(|l| peeling_probability(&utilities, l, 1.0)).collect();
+        let exact: Vec<f64> = lists
+            .iter()
+            .map(|l| peeling_probability(&utilities, l, 5.0))
+            .collect();
+        let wrong: Vec<f64> = lists
+            .iter()
+            .map(|l| peeling_probability(&utilities, l, 1.0))
+            .collect();
         let mut rng = ChaCha20Rng::seed_from_u64(12);
         let counts = list_counts(&lists, || one_shot_top_k(&utilities, 5, 5.0, &mut rng));
         assert_matches_distribution(&counts, &exact, &wrong);
@@ -204,9 +224,17 @@ mod tests {
     #[test]
     fn the_threshold_stays_finite_for_any_epsilon() {
         for epsilon in [1e-9, 1.0, 800.0, 1e6] {
-            let parameters = LimitedDomain { k: 2, k_bar: 2, epsilon, delta: 1e-9 };
+            let parameters = LimitedDomain {
+                k: 2,
+                k_bar: 2,
+                epsilon,
+                delta: 1e-9,
+            };
             let offset = parameters.threshold_offset();
-            assert!(offset.is_finite() && offset > 0.0, "ε = {epsilon}: {offset}");
+            assert!(
+                offset.is_finite() && offset > 0.0,
+                "ε = {epsilon}: {offset}"
+            );
             assert!(parameters.single_row_bound() < parameters.delta);
         }
         assert!((softplus(1.0) - (1.0 + 1f64.exp()).ln()).abs() < 1e-15);
@@ -224,7 +252,12 @@ mod tests {
     /// lowest possible threshold. Its frequency must stay below δ_t·e^{ε/k} < δ.
     #[test]
     fn a_single_row_item_is_returned_with_probability_below_delta() {
-        let parameters = LimitedDomain { k: 1, k_bar: 1, epsilon: 1.0, delta: 0.05 };
+        let parameters = LimitedDomain {
+            k: 1,
+            k_bar: 1,
+            epsilon: 1.0,
+            delta: 0.05,
+        };
         let mut rng = ChaCha20Rng::seed_from_u64(13);
         let returned = (0..DRAWS)
             .filter(|_| !limited_domain_top_k(&[1.0], &[0], &parameters, &mut rng).is_empty())
@@ -237,18 +270,31 @@ mod tests {
         assert!(exact <= bound);
         let counts = [returned as u64, DRAWS as u64 - returned as u64];
         let n = DRAWS as f64;
-        assert!(p_value(&counts, &[exact, 1.0 - exact]) >= SIGNIFICANCE, "{counts:?} against {exact}");
+        assert!(
+            p_value(&counts, &[exact, 1.0 - exact]) >= SIGNIFICANCE,
+            "{counts:?} against {exact}"
+        );
         // Margin: the frequency is below the bound by more than 4 standard deviations...
         let sd = (bound * (1.0 - bound) / n).sqrt();
-        assert!(returned / n < bound - 4.0 * sd, "{} vs bound {bound}", returned / n);
+        assert!(
+            returned / n < bound - 4.0 * sd,
+            "{} vs bound {bound}",
+            returned / n
+        );
         // ...while the threshold of the paper without our (1 + e^ε) factor would not be.
-        let naive = 1.0 / (1.0 + ((temperature * (1.0 / parameters.delta).ln() - 1.0) / temperature).exp());
+        let naive =
+            1.0 / (1.0 + ((temperature * (1.0 / parameters.delta).ln() - 1.0) / temperature).exp());
         assert!(naive > bound + 4.0 * sd, "{naive} vs {bound}");
     }
 
     #[test]
     fn an_item_far_ahead_is_returned_nearly_always() {
-        let parameters = LimitedDomain { k: 3, k_bar: 3, epsilon: 1.0, delta: 1e-6 };
+        let parameters = LimitedDomain {
+            k: 3,
+            k_bar: 3,
+            epsilon: 1.0,
+            delta: 1e-6,
+        };
         // τ = 3, offset = 3 · ln((1 + e)/1e-6) ≈ 45.3 above the 4th utility (2).
         let utilities = [2.0, 1.0, 200.0, 1.0, 2.0, 0.0];
         let tie_breaks = [6, 5, 4, 3, 2, 1];
@@ -266,15 +312,26 @@ mod tests {
 
     #[test]
     fn only_the_top_k_bar_compete_and_ties_follow_the_tie_break() {
-        let parameters = LimitedDomain { k: 2, k_bar: 2, epsilon: 1e6, delta: 0.1 };
+        let parameters = LimitedDomain {
+            k: 2,
+            k_bar: 2,
+            epsilon: 1e6,
+            delta: 0.1,
+        };
         // Items 0 and 3 tie at 500; tie break 1 < 9 puts item 3 into the top 2 with item 1.
         let utilities = [500.0, 900.0, 10.0, 500.0];
         let tie_breaks = [9, 0, 0, 1];
         let mut rng = ChaCha20Rng::seed_from_u64(15);
         for _ in 0..100 {
-            assert_eq!(limited_domain_top_k(&utilities, &tie_breaks, &parameters, &mut rng), [1]);
+            assert_eq!(
+                limited_domain_top_k(&utilities, &tie_breaks, &parameters, &mut rng),
+                [1]
+            );
         }
-        let parameters = LimitedDomain { k_bar: 3, ..parameters };
+        let parameters = LimitedDomain {
+            k_bar: 3,
+            ..parameters
+        };
         // Now the 4th utility is 10 and both 500s and the 900 clear ⊥; 3 then 0 by noise.
         let list = limited_domain_top_k(&utilities, &tie_breaks, &parameters, &mut rng);
         assert_eq!(list[0], 1);
