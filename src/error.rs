@@ -2,66 +2,104 @@
 //!
 //! Plain Rust, no database types: the mechanisms and the parameter checks return it, and
 //! the SQL layer turns it into an `ereport` with the SQLSTATE that [`Error::sqlstate`]
-//! names. PRIVACY.md section 6: an error may depend on the analyst's parameters, never on
-//! the data, so every variant here is about a parameter, a type or the budget.
+//! names. An error may depend on the analyst's parameters, never on the data
+//! (../shared/PRIVACY.md, section 6), so every variant is about a parameter, a type or the
+//! budget.
 
-use std::fmt;
-
-#[derive(Debug, Clone, PartialEq)]
+/// Every error of pg_exp_mech, with its message. The SQLSTATE of each is in
+/// [`Error::sqlstate`], the one table of them.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
-    /// A parameter is NULL or outside its domain (SQLSTATE 22023).
+    /// A parameter is NULL or outside its domain.
+    #[error("{name} must be {requirement}, got {value}")]
     InvalidParameter {
         name: &'static str,
         value: String,
         requirement: String,
     },
-    /// A parameter that must be constant took another value on a later row (22023).
+    /// A parameter that must be constant took another value on a later row.
+    #[error("{name} must be the same on every row of an aggregate, got {first} and then {now}")]
     ParameterChanged {
         name: &'static str,
         first: String,
         now: String,
     },
-    /// The item type has no default hash operator class (42883, as PostgreSQL's own).
+    /// The item type has no default hash operator class.
+    #[error("could not identify a hash function for type {type_name}: items must have a default hash operator class")]
     NoHashFunction { type_name: String },
-    /// A support function was called outside an aggregate (0A000).
+    /// A support function was called outside an aggregate.
+    #[error("{function} can only be called as part of an aggregate")]
     NotInAggregate { function: &'static str },
-    /// A charge would exceed the role's privacy budget (53400).
+    /// A charge would exceed the role's privacy budget.
+    #[error(
+        "privacy budget of role \"{role}\" exceeded: {aggregate} needs epsilon {}, {} of {} remain",
+        format_number(Some(*.epsilon)),
+        format_number(Some(*.remaining)),
+        format_number(Some(*.limit))
+    )]
     BudgetExceeded {
         role: String,
-        aggregate: &'static str,
+        aggregate: String,
         epsilon: f64,
         remaining: f64,
         limit: f64,
     },
-    /// pg_exp_mech.require_budget is on and the role has no budget (42501).
+    /// pg_exp_mech.require_budget is on and the role has no budget.
+    #[error("role \"{role}\" has no privacy budget, and pg_exp_mech.require_budget is on")]
     NoBudget { role: String },
-    /// EXPLAIN ANALYZE of a statement with DP aggregates, by a role with a budget (42501).
+    /// EXPLAIN ANALYZE of a statement with DP aggregates, by a role with a budget.
+    #[error("EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts")]
     ExplainAnalyzeRefused { role: String },
-    /// The ledger is for budget administrators only (42501).
+    /// The ledger is for budget administrators only.
+    #[error("permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)")]
     NotBudgetAdministrator { role: String },
-    /// Budgets are configured but cannot be enforced in this session (55000).
+    /// Budgets are configured but cannot be enforced in this session.
+    #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
-    /// The shared table of accounts is full (54000).
+    /// The shared table of accounts is full.
+    #[error("the privacy ledger tracks at most {capacity} roles, and all are in use")]
     TooManyRoles { capacity: usize },
-    /// The ledger could not be written (58030).
+    /// The ledger could not be written.
+    #[error("could not write the privacy ledger: {reason}")]
     LedgerWrite { reason: String },
+    /// The ledger could not be read back (dp_ledger).
+    #[error("could not read the privacy ledger: {reason}")]
+    LedgerRead { reason: String },
 }
 
 impl Error {
-    /// The SQLSTATE the SQL layer reports.
+    /// The SQLSTATE the SQL layer reports: the one table of them.
     pub fn sqlstate(&self) -> &'static str {
         match self {
+            // invalid_parameter_value
             Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => "22023",
+            // undefined_function, as PostgreSQL's own "could not identify a hash function"
             Error::NoHashFunction { .. } => "42883",
+            // feature_not_supported
             Error::NotInAggregate { .. } => "0A000",
+            // configuration_limit_exceeded
             Error::BudgetExceeded { .. } => "53400",
+            // insufficient_privilege
             Error::NoBudget { .. }
             | Error::ExplainAnalyzeRefused { .. }
             | Error::NotBudgetAdministrator { .. } => "42501",
+            // object_not_in_prerequisite_state
             Error::BudgetsUnavailable { .. } => "55000",
+            // program_limit_exceeded
             Error::TooManyRoles { .. } => "54000",
-            Error::LedgerWrite { .. } => "58030",
+            // io_error
+            Error::LedgerWrite { .. } | Error::LedgerRead { .. } => "58030",
         }
+    }
+
+    /// PostgreSQL's packed form of [`Error::sqlstate`] (the MAKE_SQLSTATE macro of
+    /// utils/elog.h: six bits per character, the first character lowest).
+    pub fn sqlstate_code(&self) -> i32 {
+        self.sqlstate()
+            .bytes()
+            .enumerate()
+            .map(|(i, c)| (((c - b'0') & 0x3F) as i32) << (6 * i))
+            .sum()
     }
 
     pub fn invalid(name: &'static str, value: Option<f64>, requirement: impl Into<String>) -> Self {
@@ -72,64 +110,6 @@ impl Error {
         }
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::InvalidParameter {
-                name,
-                value,
-                requirement,
-            } => write!(f, "{name} must be {requirement}, got {value}"),
-            Error::ParameterChanged { name, first, now } => write!(
-                f,
-                "{name} must be the same on every row of an aggregate, got {first} and then {now}"
-            ),
-            Error::NoHashFunction { type_name } => write!(
-                f,
-                "could not identify a hash function for type {type_name}: items must have a default hash operator class"
-            ),
-            Error::NotInAggregate { function } => {
-                write!(f, "{function} can only be called as part of an aggregate")
-            }
-            Error::BudgetExceeded {
-                role,
-                aggregate,
-                epsilon,
-                remaining,
-                limit,
-            } => write!(
-                f,
-                "privacy budget of role \"{role}\" exceeded: {aggregate} needs epsilon {}, {} of {} remain",
-                format_number(Some(*epsilon)),
-                format_number(Some(*remaining)),
-                format_number(Some(*limit))
-            ),
-            Error::NoBudget { role } => write!(
-                f,
-                "role \"{role}\" has no privacy budget, and pg_exp_mech.require_budget is on"
-            ),
-            Error::ExplainAnalyzeRefused { role } => write!(
-                f,
-                "EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts"
-            ),
-            Error::NotBudgetAdministrator { role } => write!(
-                f,
-                "permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)"
-            ),
-            Error::BudgetsUnavailable { reason } => {
-                write!(f, "privacy budgets cannot be enforced: {reason}")
-            }
-            Error::TooManyRoles { capacity } => write!(
-                f,
-                "the privacy ledger tracks at most {capacity} roles, and all are in use"
-            ),
-            Error::LedgerWrite { reason } => write!(f, "could not write the privacy ledger: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Formats a number the way PostgreSQL prints a double precision value (float8out): the
 /// shortest digits that round-trip, in exponent form below 1e-4 or from 1e15 on.
@@ -160,7 +140,10 @@ mod tests {
     #[test]
     fn messages_name_the_parameter_and_the_value() {
         let e = Error::invalid("epsilon", Some(-1.0), "finite and greater than 0");
-        assert_eq!(e.to_string(), "epsilon must be finite and greater than 0, got -1");
+        assert_eq!(
+            e.to_string(),
+            "epsilon must be finite and greater than 0, got -1"
+        );
         assert_eq!(e.sqlstate(), "22023");
         assert_eq!(
             Error::invalid("epsilon", None, "finite and greater than 0").to_string(),
@@ -172,11 +155,36 @@ mod tests {
         // As PostgreSQL prints them.
         assert_eq!(format_number(Some(1e308)), "1e+308");
         assert_eq!(format_number(Some(-1e308)), "-1e+308");
-        assert_eq!(format_number(Some(123456789012345678.0)), "1.2345678901234568e+17");
+        assert_eq!(
+            format_number(Some(123456789012345678.0)),
+            "1.2345678901234568e+17"
+        );
         assert_eq!(format_number(Some(100000000000000.0)), "100000000000000");
         assert_eq!(format_number(Some(0.0001)), "0.0001");
         assert_eq!(format_number(Some(0.00001)), "1e-05");
         assert_eq!(format_number(Some(-0.0)), "-0");
         assert_eq!(format_number(Some(2.5)), "2.5");
+    }
+
+    #[test]
+    fn sqlstates_pack_as_postgresql_packs_them() {
+        // ERRCODE_INVALID_PARAMETER_VALUE and ERRCODE_CONFIGURATION_LIMIT_EXCEEDED of
+        // utils/errcodes.h, packed by MAKE_SQLSTATE.
+        assert_eq!(
+            Error::invalid("epsilon", None, "x").sqlstate_code(),
+            2 | 2 << 6 | 2 << 18 | 3 << 24
+        );
+        let exceeded = Error::BudgetExceeded {
+            role: "r".into(),
+            aggregate: "dp_argmax".into(),
+            epsilon: 0.25,
+            remaining: 0.1,
+            limit: 0.6,
+        };
+        assert_eq!(exceeded.sqlstate_code(), 5 | 3 << 6 | 4 << 12);
+        assert_eq!(
+            exceeded.to_string(),
+            "privacy budget of role \"r\" exceeded: dp_argmax needs epsilon 0.25, 0.1 of 0.6 remain"
+        );
     }
 }

@@ -1,15 +1,16 @@
 //! pg_exp_mech: differentially private selection (the exponential mechanism, sampled by
 //! Gumbel-max) as PostgreSQL aggregates.
 //!
-//! Layout: [`mechanisms`], [`parameters`] and [`error`] are plain Rust with no database
-//! types; `extension` is the thin SQL layer over them (aggregates, settings).
+//! Layout: [`mechanisms`], [`budget`], [`parameters`] and [`error`] are plain Rust with no
+//! database types; `extension` is the thin SQL layer over them (aggregates, settings,
+//! budgets in shared memory).
 
 use pgrx::prelude::*;
 
 pgrx::pg_module_magic!(name, version);
 
+pub mod budget;
 pub mod error;
-pub mod ledger;
 mod extension;
 pub mod mechanisms;
 pub mod parameters;
@@ -20,6 +21,8 @@ pub mod testing;
 pub extern "C-unwind" fn _PG_init() {
     extension::guc::register();
     // Budgets live in shared memory, which only a preloaded library can reserve.
+    // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries; reading it
+    // from _PG_init, single-threaded, races with nothing.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         extension::budget::init_shared_memory();
     }

@@ -1,8 +1,5 @@
-//! The privacy ledger: an append-only record of budget limits and charges, one line each.
-//!
-//! Plain Rust, no database types. The SQL layer appends lines to a file in the data
-//! directory (and fsyncs them before a result leaves) and replays the file into shared
-//! memory at start-up; this module says what a line is and what a replay adds up to.
+//! The lines of the privacy ledger (budget limits and charges, one line each) and what a
+//! replay of them adds up to.
 //!
 //! Amounts of ε are kept in integer units of 1e-12 (charges rounded up, limits rounded
 //! down), so that ten charges of 0.1 exactly fill a limit of 1 and a sum never drifts
@@ -31,24 +28,30 @@ pub fn epsilon_of(units: u64) -> f64 {
 /// One line of the ledger.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
-    /// A budget administrator set (or, with None, removed) a role's limit.
-    Limit {
-        /// PostgreSQL timestamp: microseconds since 2000-01-01 UTC.
-        time: i64,
-        role: u32,
-        limit: Option<f64>,
-    },
-    /// One evaluation of a DP aggregate.
-    Charge {
-        time: i64,
-        role: u32,
-        epsilon: f64,
-        /// The δ of an (ε, δ) mechanism, 0 for pure ε-DP (recorded, not budgeted).
-        delta: f64,
-        aggregate: String,
-        /// FNV-1a hash of the statement's text.
-        statement: u64,
-    },
+    Limit(Limit),
+    Charge(Charge),
+}
+
+/// A budget administrator set (or, with None, removed) a role's limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// PostgreSQL timestamp: microseconds since 2000-01-01 UTC.
+    pub time: i64,
+    pub role: u32,
+    pub limit: Option<f64>,
+}
+
+/// One evaluation of a DP aggregate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Charge {
+    pub time: i64,
+    pub role: u32,
+    pub epsilon: f64,
+    /// The δ of an (ε, δ) mechanism, 0 for pure ε-DP (recorded, not budgeted).
+    pub delta: f64,
+    pub aggregate: String,
+    /// FNV-1a hash of the statement's text.
+    pub statement: u64,
 }
 
 impl Record {
@@ -57,18 +60,18 @@ impl Record {
     pub fn line(&self) -> String {
         let mut line = String::new();
         match self {
-            Record::Limit { time, role, limit } => {
+            Record::Limit(Limit { time, role, limit }) => {
                 let limit = limit.map_or("none".to_string(), |l| format!("{l:?}"));
                 let _ = writeln!(line, "limit\t{time}\t{role}\t{limit}");
             }
-            Record::Charge {
+            Record::Charge(Charge {
                 time,
                 role,
                 epsilon,
                 delta,
                 aggregate,
                 statement,
-            } => {
+            }) => {
                 let _ = writeln!(
                     line,
                     "charge\t{time}\t{role}\t{epsilon:?}\t{delta:?}\t{aggregate}\t{statement:016x}"
@@ -82,18 +85,26 @@ impl Record {
     pub fn parse(line: &str) -> Result<Self, String> {
         let fields: Vec<&str> = line.split('\t').collect();
         let number = |at: usize| -> Result<f64, String> {
-            fields[at].parse::<f64>().map_err(|e| format!("field {at} of {line:?}: {e}"))
+            fields[at]
+                .parse::<f64>()
+                .map_err(|e| format!("field {at} of {line:?}: {e}"))
         };
         let integer = |at: usize| -> Result<i64, String> {
-            fields[at].parse::<i64>().map_err(|e| format!("field {at} of {line:?}: {e}"))
+            fields[at]
+                .parse::<i64>()
+                .map_err(|e| format!("field {at} of {line:?}: {e}"))
         };
         match (fields.first(), fields.len()) {
-            (Some(&"limit"), 4) => Ok(Record::Limit {
+            (Some(&"limit"), 4) => Ok(Record::Limit(Limit {
                 time: integer(1)?,
                 role: integer(2)? as u32,
-                limit: if fields[3] == "none" { None } else { Some(number(3)?) },
-            }),
-            (Some(&"charge"), 7) => Ok(Record::Charge {
+                limit: if fields[3] == "none" {
+                    None
+                } else {
+                    Some(number(3)?)
+                },
+            })),
+            (Some(&"charge"), 7) => Ok(Record::Charge(Charge {
                 time: integer(1)?,
                 role: integer(2)? as u32,
                 epsilon: number(3)?,
@@ -101,14 +112,14 @@ impl Record {
                 aggregate: fields[5].to_string(),
                 statement: u64::from_str_radix(fields[6], 16)
                     .map_err(|e| format!("field 6 of {line:?}: {e}"))?,
-            }),
+            })),
             _ => Err(format!("not a ledger line: {line:?}")),
         }
     }
 
     pub fn role(&self) -> u32 {
         match self {
-            Record::Limit { role, .. } | Record::Charge { role, .. } => *role,
+            Record::Limit(Limit { role, .. }) | Record::Charge(Charge { role, .. }) => *role,
         }
     }
 }
@@ -123,8 +134,8 @@ pub struct Account {
 impl Account {
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::Limit { limit, .. } => self.limit = limit.map(limit_units),
-            Record::Charge { epsilon, .. } => {
+            Record::Limit(Limit { limit, .. }) => self.limit = limit.map(limit_units),
+            Record::Charge(Charge { epsilon, .. }) => {
                 self.spent = self.spent.saturating_add(charge_units(*epsilon))
             }
         }
@@ -149,17 +160,18 @@ pub fn complete_lines(text: &str) -> &str {
     &text[..text.rfind('\n').map_or(0, |at| at + 1)]
 }
 
-/// The accounts a ledger adds up to, by role, and the length in bytes of its complete
-/// lines (the caller may truncate a torn last line away). Any malformed complete line is
-/// an error.
-pub fn replay(text: &str) -> Result<(BTreeMap<u32, Account>, usize), String> {
-    let complete = complete_lines(text);
+/// The records of a ledger's complete lines, in order; any malformed line is an error.
+pub fn parse(complete: &str) -> Result<Vec<Record>, String> {
+    complete.lines().map(Record::parse).collect()
+}
+
+/// The accounts the records add up to, by role.
+pub fn replay(records: &[Record]) -> BTreeMap<u32, Account> {
     let mut accounts: BTreeMap<u32, Account> = BTreeMap::new();
-    for line in complete.lines() {
-        let record = Record::parse(line)?;
-        accounts.entry(record.role()).or_default().apply(&record);
+    for record in records {
+        accounts.entry(record.role()).or_default().apply(record);
     }
-    Ok((accounts, complete.len()))
+    accounts
 }
 
 /// FNV-1a, 64 bits: a stable fingerprint of a statement's text.
@@ -173,30 +185,46 @@ pub fn fingerprint(text: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
-    fn charge(role: u32, epsilon: f64) -> Record {
-        Record::Charge {
+    pub fn charge(role: u32, epsilon: f64) -> Record {
+        Record::Charge(Charge {
             time: 1,
             role,
             epsilon,
             delta: 0.0,
             aggregate: "dp_argmax".into(),
             statement: fingerprint(b"SELECT 1"),
-        }
+        })
+    }
+
+    fn limit(role: u32, limit: Option<f64>) -> Record {
+        Record::Limit(Limit {
+            time: 0,
+            role,
+            limit,
+        })
     }
 
     #[test]
     fn lines_round_trip() {
         let records = [
-            Record::Limit { time: 7, role: 16384, limit: Some(0.1 + 0.2) },
-            Record::Limit { time: 8, role: 16384, limit: None },
-            Record::Charge {
+            Record::Limit(Limit {
+                time: 7,
+                role: 16384,
+                limit: Some(0.1 + 0.2),
+            }),
+            Record::Limit(Limit {
+                time: 8,
+                role: 16384,
+                limit: None,
+            }),
+            Record::Charge(Charge {
                 time: 803_000_000_000_000,
                 role: 10,
                 epsilon: 1.0 / 3.0,
                 delta: 1e-9,
                 aggregate: "dp_top_k_unknown_domain".into(),
                 statement: u64::MAX,
-            },
+            }),
         ];
         for record in records {
             let line = record.line();
@@ -210,7 +238,7 @@ mod tests {
     #[test]
     fn ten_tenths_fill_a_budget_of_one_exactly() {
         let mut account = Account::default();
-        account.apply(&Record::Limit { time: 0, role: 1, limit: Some(1.0) });
+        account.apply(&limit(1, Some(1.0)));
         for _ in 0..10 {
             assert!(account.allows(charge_units(0.1)));
             account.apply(&charge(1, 0.1));
@@ -218,7 +246,7 @@ mod tests {
         assert_eq!(account.remaining(), Some(0));
         assert!(!account.allows(charge_units(1e-12)));
         let mut thirds = Account::default();
-        thirds.apply(&Record::Limit { time: 0, role: 1, limit: Some(0.3) });
+        thirds.apply(&limit(1, Some(0.3)));
         for _ in 0..3 {
             assert!(thirds.allows(charge_units(0.1)));
             thirds.apply(&charge(1, 0.1));
@@ -230,29 +258,36 @@ mod tests {
         let mut account = Account::default();
         account.apply(&charge(1, 2.0));
         assert!(account.allows(charge_units(1e6)), "no limit, no refusal");
-        account.apply(&Record::Limit { time: 0, role: 1, limit: Some(2.5) });
+        account.apply(&limit(1, Some(2.5)));
         assert_eq!(account.remaining(), Some(limit_units(0.5)));
         assert!(!account.allows(charge_units(0.6)));
-        account.apply(&Record::Limit { time: 0, role: 1, limit: Some(1.0) });
+        account.apply(&limit(1, Some(1.0)));
         assert_eq!(account.remaining(), Some(0));
     }
 
     #[test]
-    fn replay_adds_up_and_drops_a_torn_last_line() {
+    fn replay_adds_up_the_complete_lines() {
         let mut text = String::new();
-        text += &Record::Limit { time: 0, role: 1, limit: Some(1.0) }.line();
+        text += &limit(1, Some(1.0)).line();
         text += &charge(1, 0.25).line();
         text += &charge(2, 0.5).line();
         text += &charge(1, 0.25).line();
         let complete = text.len();
         text += "charge\t9\t1\t0.2";
-        let (accounts, length) = replay(&text).unwrap();
-        assert_eq!(length, complete);
+        assert_eq!(complete_lines(&text).len(), complete);
+        let accounts = replay(&parse(complete_lines(&text)).unwrap());
         assert_eq!(accounts[&1].spent, charge_units(0.5));
         assert_eq!(accounts[&1].limit, Some(limit_units(1.0)));
-        assert_eq!(accounts[&2], Account { limit: None, spent: charge_units(0.5) });
-        assert!(replay("garbage\n").is_err());
-        assert_eq!(replay("").unwrap().1, 0);
+        assert_eq!(
+            accounts[&2],
+            Account {
+                limit: None,
+                spent: charge_units(0.5)
+            }
+        );
+        assert!(parse("garbage\n").is_err());
+        assert!(parse("").unwrap().is_empty());
+        assert_eq!(complete_lines("no newline"), "");
     }
 
     #[test]

@@ -1,16 +1,264 @@
-//! Helpers for aggregate support functions: where they run and what they may do.
+//! The skeleton both state families share (per-item scores, quantile histograms): the
+//! transition, final, combine, serialize and deserialize steps, written once over the
+//! [`State`] each family implements.
 
-use super::raise;
+use super::arguments::{aggregate_argument, return_internal, Argument, CallArguments};
+use super::budget::{charge, Release};
+use super::forms::{Aggregate, Form};
+use super::{raise, OrRaise};
 use crate::error::Error;
-use pgrx::pg_sys::{self, MemoryContext};
+use pgrx::pg_sys::{self, Datum, MemoryContext};
+use pgrx::{Internal, PgMemoryContexts};
+use std::fmt::Debug;
+
+/// Where a step reads an argument of the aggregate call (by its 0-based position as
+/// written in the call).
+pub trait Source {
+    fn argument(&self, position: usize) -> Argument;
+
+    fn float(&self, position: usize) -> Option<Option<f64>> {
+        self.argument(position).float()
+    }
+
+    fn integer(&self, position: usize) -> Option<Option<i32>> {
+        self.argument(position).integer()
+    }
+}
+
+/// A transition call: the state comes first, so argument n of the aggregate is n + 1.
+pub struct Row<'a>(pub &'a CallArguments);
+
+impl Source for Row<'_> {
+    fn argument(&self, position: usize) -> Argument {
+        Argument::Known(self.0.datum(position + 1))
+    }
+}
+
+/// A final function with no rows: the arguments as the call's Aggref gives them, Unknown
+/// where they depend on the rows.
+pub struct Call(pub pg_sys::FunctionCallInfo);
+
+impl Source for Call {
+    fn argument(&self, position: usize) -> Argument {
+        // SAFETY: Call is only made in final functions, from their own call info.
+        unsafe { aggregate_argument(self.0, position) }
+    }
+}
+
+/// An aggregate state family.
+pub trait State: Sized {
+    /// The parameters as a row (or the call) gives them, before validation.
+    type Arguments;
+    /// The validated parameters, fixed by the first row; equal in states that combine.
+    type Parameters: PartialEq + Debug;
+    /// Names for errors raised outside an aggregate.
+    const TRANSITION: &'static str;
+    const COMBINE: &'static str;
+    const SERIALIZE: &'static str;
+
+    /// The parameters of `form` from `source`; None when one of them depends on the rows.
+    fn read(form: &Form, source: &impl Source) -> Option<Self::Arguments>;
+
+    /// A new state in `memory` from the first row's arguments (or, in a final function
+    /// with no rows, the call's). Validates them, so that an error never depends on
+    /// whether rows arrived. Ok(None): an argument depends on the rows (only the call
+    /// can say so), and the answer is NULL.
+    ///
+    /// # Safety
+    /// `fcinfo` must be the call info of this family's transition or final function.
+    unsafe fn first(
+        fcinfo: pg_sys::FunctionCallInfo,
+        form: &Form,
+        arguments: &Self::Arguments,
+        memory: MemoryContext,
+    ) -> Result<Option<Self>, Error>;
+
+    /// Later rows must pass the parameters of the first.
+    fn check_row(&self, arguments: &Self::Arguments) -> Result<(), Error>;
+
+    /// Adds the values of one row.
+    ///
+    /// # Safety
+    /// `row` must be read from this family's transition call.
+    unsafe fn add_row(&mut self, row: &CallArguments);
+
+    fn parameters(&self) -> &Self::Parameters;
+
+    /// ε and δ of one evaluation, as the state's parameters say.
+    fn privacy_cost(&self) -> (f64, f64);
+
+    /// An empty state with the parameters of `other`, in `memory`.
+    fn empty_like(other: &Self, memory: MemoryContext) -> Self;
+
+    /// Adds `other`'s rows into this state.
+    fn merge(&mut self, other: &Self);
+
+    fn to_bytes(&self) -> Vec<u8>;
+
+    /// A state rebuilt from [`State::to_bytes`], in `memory`.
+    fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self;
+}
+
+/// The transition function of every form of `aggregate`: (state, row values,
+/// parameters), told apart by their number.
+///
+/// # Safety
+/// `fcinfo` must be the call info of `aggregate`'s transition function.
+pub unsafe fn transition<S: State>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    aggregate: &Aggregate,
+) -> Datum {
+    // SAFETY: the caller passes the transition function's own call info.
+    let call = unsafe { CallArguments::new(fcinfo) };
+    let form = aggregate.form(call.count() - 1);
+    let arguments = S::read(form, &Row(&call)).expect("a row knows its arguments");
+    let mut state = Internal::from(call.datum(0));
+    // SAFETY: the state argument is NULL or the state this function returned before,
+    // of type S (each aggregate has one state family).
+    if let Some(existing) = unsafe { state.get::<S>() } {
+        existing.check_row(&arguments).or_raise();
+    } else {
+        // SAFETY: as above; the new state lives in the aggregate's memory context.
+        unsafe {
+            let memory = aggregate_memory(fcinfo, S::TRANSITION);
+            PgMemoryContexts::For(memory).switch_to(|_| {
+                let first = S::first(fcinfo, form, &arguments, memory).or_raise();
+                state.insert(first.expect("a row knows its arguments"));
+            });
+        }
+    }
+    // SAFETY: the state was just checked or made, of type S.
+    unsafe {
+        state
+            .get_mut::<S>()
+            .expect("the state exists")
+            .add_row(&call);
+        return_internal(fcinfo, state)
+    }
+}
+
+/// What a final function samples from.
+pub enum FinalState<'a, S> {
+    /// The state the rows built.
+    Rows(&'a S),
+    /// No row arrived: the state the call's arguments describe.
+    NoRows(S),
+}
+
+impl<S> std::ops::Deref for FinalState<'_, S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        match self {
+            FinalState::Rows(state) => state,
+            FinalState::NoRows(state) => state,
+        }
+    }
+}
+
+/// The state a final function of `aggregate` (with `arity` arguments) samples from,
+/// once the evaluation is charged to the session's privacy budget: the rows' state, or
+/// with no rows the one the call's arguments describe. None when an argument depends on
+/// the rows and cannot be read without them: the answer is then NULL (nothing sampled,
+/// nothing charged).
+///
+/// # Safety
+/// `fcinfo` must be the call info of `aggregate`'s final function, and `state` its state.
+pub unsafe fn final_state<'a, S: State>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    state: &'a Internal,
+    aggregate: &Aggregate,
+    arity: usize,
+) -> Option<FinalState<'a, S>> {
+    let form = aggregate.form(arity);
+    // SAFETY: the state is NULL or this family's, as the caller guarantees.
+    let final_state = match unsafe { state.get::<S>() } {
+        Some(rows) => FinalState::Rows(rows),
+        None => {
+            let arguments = S::read(form, &Call(fcinfo))?;
+            // SAFETY: a final function's call info; the state lives as long as the call.
+            let first = unsafe { S::first(fcinfo, form, &arguments, pg_sys::CurrentMemoryContext) };
+            FinalState::NoRows(first.or_raise()?)
+        }
+    };
+    let (epsilon, delta) = final_state.privacy_cost();
+    let release = Release {
+        aggregate: aggregate.name,
+        epsilon,
+        epsilon_position: form.positions.epsilon,
+        delta,
+    };
+    // SAFETY: as above.
+    unsafe { charge(fcinfo, release) };
+    Some(final_state)
+}
+
+/// Combine function: adds the second state's rows into the first.
+///
+/// # Safety
+/// `fcinfo` must be the call info of this family's combine function, and the states
+/// NULL or of type S.
+pub unsafe fn combine<S: State>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    mut first: Internal,
+    second: Internal,
+) -> Internal {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let memory = aggregate_memory(fcinfo, S::COMBINE);
+        let Some(other) = second.get::<S>() else {
+            return first;
+        };
+        if let Some(state) = first.get::<S>() {
+            if state.parameters() != other.parameters() {
+                raise(Error::ParameterChanged {
+                    name: "the parameters",
+                    first: format!("{:?}", state.parameters()),
+                    now: format!("{:?}", other.parameters()),
+                });
+            }
+        } else {
+            PgMemoryContexts::For(memory).switch_to(|_| first.insert(S::empty_like(other, memory)));
+        }
+        first.get_mut::<S>().expect("the state exists").merge(other);
+        first
+    }
+}
+
+/// Serialize function: the state as bytes for the leader of a parallel aggregation.
+///
+/// # Safety
+/// `fcinfo` must be the call info of this family's serialize function, and the state of
+/// type S.
+pub unsafe fn serialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Vec<u8> {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        require_serializing(fcinfo, S::SERIALIZE);
+        state
+            .get::<S>()
+            .expect("the serialize function is strict in its state")
+            .to_bytes()
+    }
+}
+
+/// Deserialize function: rebuilds a state, in the current memory context.
+pub fn deserialize<S: State>(bytes: &[u8]) -> Internal {
+    // SAFETY: the current memory context is where PostgreSQL expects the result.
+    let memory = unsafe { pg_sys::CurrentMemoryContext };
+    Internal::new(S::from_bytes(bytes, memory))
+}
 
 /// The aggregate's memory context; an error when not called by an aggregate.
 ///
 /// # Safety
 /// `fcinfo` must be a valid call info.
-pub unsafe fn aggregate_memory(fcinfo: pg_sys::FunctionCallInfo, function: &'static str) -> MemoryContext {
+pub unsafe fn aggregate_memory(
+    fcinfo: pg_sys::FunctionCallInfo,
+    function: &'static str,
+) -> MemoryContext {
     let mut memory: MemoryContext = std::ptr::null_mut();
-    if pg_sys::AggCheckCallContext(fcinfo, &mut memory) == 0 {
+    // SAFETY: AggCheckCallContext reads the call info the caller vouches for.
+    if unsafe { pg_sys::AggCheckCallContext(fcinfo, &mut memory) } == 0 {
         raise(Error::NotInAggregate { function });
     }
     memory
@@ -23,10 +271,13 @@ pub unsafe fn aggregate_memory(fcinfo: pg_sys::FunctionCallInfo, function: &'sta
 /// # Safety
 /// `fcinfo` must be a valid call info.
 pub unsafe fn require_serializing(fcinfo: pg_sys::FunctionCallInfo, function: &'static str) {
-    let context = (*fcinfo).context;
-    let serializing = !context.is_null()
-        && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
-        && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_SERIALIZE != 0;
+    // SAFETY: the context is read only after its tag says it is an AggState.
+    let serializing = unsafe {
+        let context = (*fcinfo).context;
+        !context.is_null()
+            && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
+            && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_SERIALIZE != 0
+    };
     if !serializing {
         raise(Error::NotInAggregate { function });
     }

@@ -1,126 +1,50 @@
-//! dp_argmax: the exponential mechanism over per-item scores, as an aggregate.
+//! dp_argmax: the exponential mechanism over per-item scores, as an aggregate. Its forms
+//! are described in forms.rs.
 
-use super::arguments::CallArguments;
+use super::aggregate::transition;
+use super::forms::DP_ARGMAX;
 use super::guc;
-use super::item_scores::{
-    final_state, transition, Candidates, Form, SelectionArguments,
-};
+use super::item_scores::{final_function, ItemScores};
 use crate::mechanisms::gumbel::exponential_mechanism;
 use crate::mechanisms::rng;
+use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
-use super::items::{ExtraArray, RawItem};
-use pgrx::{AnyElement, Internal};
-
-const COUNTING: Form = Form {
-    epsilon: 2,
-    max_score: None,
-    k: None,
-    delta: None,
-    k_bar: None,
-    candidates: None,
-};
-const SCORED: Form = Form {
-    max_score: Some(3),
-    ..COUNTING
-};
-const WITH_CANDIDATES: Form = Form {
-    candidates: Some(4),
-    ..SCORED
-};
-
-/// The parameters of dp_argmax: k = 1, no δ.
-fn arguments(epsilon: Option<f64>, max_score: Option<f64>) -> SelectionArguments {
-    SelectionArguments {
-        epsilon,
-        max_score,
-        k: Some(1),
-        delta: None,
-        k_bar: None,
-    }
-}
 
 crate::version_1_function_record!(pg_finfo_dp_argmax_trans);
 
-/// Transition function of every form of dp_argmax, told apart by their number of
-/// arguments: (state, item, score, epsilon [, max_score [, candidates]]).
+/// Transition function of every form of dp_argmax.
 #[pg_guard]
 #[no_mangle]
-pub unsafe extern "C-unwind" fn dp_argmax_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    let call = CallArguments::new(fcinfo);
-    let max_score = if call.count() >= 5 { call.float(4) } else { Some(1.0) };
-    transition(fcinfo, &call, arguments(call.float(3), max_score), Candidates::of_call(&call, 5))
+pub unsafe extern "C-unwind" fn dp_argmax_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+    // SAFETY: PostgreSQL calls it as the transition function of dp_argmax (aggregates.sql).
+    unsafe { transition::<ItemScores>(fcinfo, &DP_ARGMAX) }
+}
+
+crate::version_1_function_record!(pg_finfo_dp_argmax_final);
+
+/// Final function of every form of dp_argmax.
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_argmax_final(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+    // SAFETY: PostgreSQL calls it as the final function of dp_argmax (aggregates.sql).
+    unsafe { final_function(fcinfo, &DP_ARGMAX, argmax) }
 }
 
 /// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max.
 ///
 /// The scores are in units of max_score, so the temperature is 1/ε: one row moves every
 /// score by at most one unit in the same direction (range 1), which makes this ε-DP under
-/// adding or removing a row (Dong, Durfee, Rogers 2019; PRIVACY.md section 3).
-unsafe fn argmax_final(
-    fcinfo: pg_sys::FunctionCallInfo,
-    state: &Internal,
-    form: Form,
-) -> Option<AnyElement> {
-    let scores = final_state(fcinfo, state, form, "dp_argmax")?;
+/// adding or removing a row (Dong, Durfee, Rogers 2019; ../shared/PRIVACY.md, section 3).
+fn argmax(scores: &ItemScores) -> Option<Datum> {
     let temperature = 1.0 / scores.selection.epsilon;
     let entries: Vec<_> = scores.table.iter().collect();
     let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     let winner = rng::with_generator(guc::seeding(), |rng| {
         exponential_mechanism(&utilities, temperature, rng)
     })?;
-    let item_type = scores.item_type;
-    let item = item_type.copy(entries[winner].item);
-    AnyElement::from_polymorphic_datum(item, false, item_type.type_oid)
+    // SAFETY: the items of a state are valid datums of its item type.
+    Some(unsafe { scores.item_type.copy(entries[winner].item) })
 }
-
-#[pg_extern(name = "dp_argmax_final", parallel_safe)]
-fn dp_argmax_final_counting(
-    state: Internal,
-    _item: Option<RawItem>,
-    _score: Option<f64>,
-    _epsilon: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<AnyElement> {
-    unsafe { argmax_final(fcinfo, &state, COUNTING) }
-}
-
-#[pg_extern(name = "dp_argmax_final", parallel_safe)]
-fn dp_argmax_final_scored(
-    state: Internal,
-    _item: Option<RawItem>,
-    _score: Option<f64>,
-    _epsilon: Option<f64>,
-    _max_score: Option<f64>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<AnyElement> {
-    unsafe { argmax_final(fcinfo, &state, SCORED) }
-}
-
-#[pg_extern(name = "dp_argmax_final", parallel_safe)]
-fn dp_argmax_final_candidates(
-    state: Internal,
-    _item: Option<RawItem>,
-    _score: Option<f64>,
-    _epsilon: Option<f64>,
-    _max_score: Option<f64>,
-    _candidates: Option<ExtraArray>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<AnyElement> {
-    unsafe { argmax_final(fcinfo, &state, WITH_CANDIDATES) }
-}
-
-extension_sql!(
-    r#"
-COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision) IS
-'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
-COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision) IS
-'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
-COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision, anyarray) IS
-'Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list.';
-"#,
-    name = "dp_argmax_comments",
-    requires = ["selection_aggregates"],
-);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
@@ -207,7 +131,10 @@ mod tests {
         );
         // NULL without candidates, for an empty list, and where an argument depends on
         // the rows; a candidate when the list is known.
-        assert_eq!(answers, ["NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "z", "NULL"]);
+        assert_eq!(
+            answers,
+            ["NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "z", "NULL"]
+        );
     }
 
     #[pg_test]
@@ -285,16 +212,43 @@ mod tests {
         scored_table();
         let positive = "must be finite and greater than 0, got";
         let cases = [
-            ("dp_argmax(item, score, NULL)", format!("epsilon {positive} NULL")),
+            (
+                "dp_argmax(item, score, NULL)",
+                format!("epsilon {positive} NULL"),
+            ),
             ("dp_argmax(item, score, 0)", format!("epsilon {positive} 0")),
-            ("dp_argmax(item, score, -0.5)", format!("epsilon {positive} -0.5")),
-            ("dp_argmax(item, score, 'NaN')", format!("epsilon {positive} NaN")),
-            ("dp_argmax(item, score, 'Infinity')", format!("epsilon {positive} Infinity")),
-            ("dp_argmax(item, score, 1, NULL)", format!("max_score {positive} NULL")),
-            ("dp_argmax(item, score, 1, 0)", format!("max_score {positive} 0")),
-            ("dp_argmax(item, score, 1, -2)", format!("max_score {positive} -2")),
-            ("dp_argmax(item, score, 1, 'NaN')", format!("max_score {positive} NaN")),
-            ("dp_argmax(item, score, 1, '-Infinity')", format!("max_score {positive} -Infinity")),
+            (
+                "dp_argmax(item, score, -0.5)",
+                format!("epsilon {positive} -0.5"),
+            ),
+            (
+                "dp_argmax(item, score, 'NaN')",
+                format!("epsilon {positive} NaN"),
+            ),
+            (
+                "dp_argmax(item, score, 'Infinity')",
+                format!("epsilon {positive} Infinity"),
+            ),
+            (
+                "dp_argmax(item, score, 1, NULL)",
+                format!("max_score {positive} NULL"),
+            ),
+            (
+                "dp_argmax(item, score, 1, 0)",
+                format!("max_score {positive} 0"),
+            ),
+            (
+                "dp_argmax(item, score, 1, -2)",
+                format!("max_score {positive} -2"),
+            ),
+            (
+                "dp_argmax(item, score, 1, 'NaN')",
+                format!("max_score {positive} NaN"),
+            ),
+            (
+                "dp_argmax(item, score, 1, '-Infinity')",
+                format!("max_score {positive} -Infinity"),
+            ),
             (
                 "dp_argmax(item, score, 1, 1, NULL)",
                 "candidates must be an array (an empty array gives NULL), got NULL".into(),
@@ -366,13 +320,27 @@ mod tests {
     #[pg_test]
     fn argmax_seed_is_superuser_only_and_reproducible() {
         scored_table();
-        let sequence = || column("SELECT dp_argmax(item, score, 0.5, 2) FROM scored, generate_series(1, 30) g GROUP BY g ORDER BY g");
+        let sequence = || {
+            column("SELECT dp_argmax(item, score, 0.5, 2) FROM scored, generate_series(1, 30) g GROUP BY g ORDER BY g")
+        };
         run(&["SET pg_exp_mech.seed = 99"]);
         let first = sequence();
         run(&["SET pg_exp_mech.seed = 99"]);
-        assert_eq!(sequence(), first, "setting the seed again restarts the stream");
-        assert_ne!(sequence(), first, "the stream goes on while the seed is unchanged");
-        run(&["RESET pg_exp_mech.seed", "CREATE ROLE seed_analyst", "SET ROLE seed_analyst"]);
+        assert_eq!(
+            sequence(),
+            first,
+            "setting the seed again restarts the stream"
+        );
+        assert_ne!(
+            sequence(),
+            first,
+            "the stream goes on while the seed is unchanged"
+        );
+        run(&[
+            "RESET pg_exp_mech.seed",
+            "CREATE ROLE seed_analyst",
+            "SET ROLE seed_analyst",
+        ]);
         assert_eq!(
             error_of("SET pg_exp_mech.seed = 1"),
             "42501: permission denied to set parameter \"pg_exp_mech.seed\""
@@ -392,7 +360,10 @@ mod tests {
                FROM pg_proc p WHERE p.proname = 'dp_argmax' ORDER BY 1",
         );
         assert_eq!(aggregates.len(), 3);
-        assert!(aggregates.iter().all(|a| a.ends_with(" vs")), "{aggregates:?}");
+        assert!(
+            aggregates.iter().all(|a| a.ends_with(" vs")),
+            "{aggregates:?}"
+        );
         let uncommented = column(
             "SELECT p.oid::regprocedure::text FROM pg_proc p
                JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid

@@ -28,7 +28,10 @@ unsafe extern "C-unwind" fn seed_assigned(_new_value: i32, _extra: *mut c_void) 
 
 pub fn register() {
     // PGC_SUSET: a role that can choose the seed can predict, and subtract, the noise
-    // (PRIVACY.md section 7). SUPERUSER_ONLY also hides its value from other roles.
+    // (../shared/PRIVACY.md, section 7). SUPERUSER_ONLY also hides its value from other
+    // roles.
+    // SAFETY: called from _PG_init, single-threaded, with a setting and hooks that live
+    // as long as the library (statics).
     unsafe {
         GucRegistry::define_int_guc_with_hooks(
             c"pg_exp_mech.seed",

@@ -1,14 +1,15 @@
-//! The aggregate state of the selection aggregates (dp_argmax, dp_top_k): per-item scores
-//! in a hash table, in the aggregate's memory context, with combine, serialize and
-//! deserialize for parallel aggregation. One implementation for every selection aggregate.
+//! The aggregate state of the selection aggregates (dp_argmax, dp_top_k,
+//! dp_top_k_unknown_domain): per-item scores in a hash table, in the aggregate's memory
+//! context. The steps around it (transition, final, combine, serialization) are
+//! aggregate.rs's, shared with the quantile state.
 
-use super::aggregate::{aggregate_memory, require_serializing};
-use super::arguments::{aggregate_argument, return_internal, Argument, ArrayArgument, CallArguments};
-use super::budget::{charge, Release};
+use super::aggregate::{self, final_state, State};
+use super::arguments::{return_datum, Argument, ArrayArgument, CallArguments};
+use super::forms::{Aggregate, Form};
+use super::items::ItemType;
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
-use super::items::{ItemType, RawItem};
-use super::raise;
+use super::OrRaise;
 use crate::error::Error;
 use crate::mechanisms::scores::{contribution, ScoreTable};
 use crate::parameters;
@@ -53,7 +54,13 @@ impl SelectionArguments {
             (Some(_), None) => Some(k),
             (None, None) => None,
         };
-        Ok(Selection { epsilon, max_score, k, delta, k_bar })
+        Ok(Selection {
+            epsilon,
+            max_score,
+            k,
+            delta,
+            k_bar,
+        })
     }
 
     fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
@@ -76,21 +83,18 @@ pub enum Candidates {
     /// The form without candidates: any item may win.
     Open,
     /// The array given (None: SQL NULL, which is an error), and its argument position.
-    Listed { array: Option<Datum>, position: usize },
+    Listed {
+        array: Option<Datum>,
+        position: usize,
+    },
+    /// A final function with no rows whose candidates depend on the rows.
+    Unknown,
 }
 
-/// Where a form of a selection aggregate takes its parameters (0-based argument positions;
-/// None: the form does not have it), for reading them from the call when no row arrived.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Form {
-    pub epsilon: usize,
-    /// None: the form counts rows (max_score = 1).
-    pub max_score: Option<usize>,
-    /// None: dp_argmax (k = 1).
-    pub k: Option<usize>,
-    pub delta: Option<usize>,
-    pub k_bar: Option<usize>,
-    pub candidates: Option<usize>,
+/// The parameters and candidates of one row, or of the call.
+pub struct RowArguments {
+    selection: SelectionArguments,
+    candidates: Candidates,
 }
 
 /// The scores of one group's items.
@@ -107,7 +111,11 @@ pub struct ItemScores {
 impl ItemScores {
     /// An empty state; with candidates, every listed item starts at score 0 and the table
     /// is closed to other items.
-    fn new(
+    ///
+    /// # Safety
+    /// `memory` must outlive the state; with candidates, `fcinfo` must be the call info
+    /// whose argument `position` is the array.
+    unsafe fn new(
         fcinfo: pg_sys::FunctionCallInfo,
         item_type: ItemType,
         selection: Selection,
@@ -117,16 +125,23 @@ impl ItemScores {
         let mut state = Self {
             item_type,
             selection,
-            table: ScoreTable::new_in(ContextAllocator(memory)),
+            // SAFETY: the caller guarantees that `memory` outlives the state.
+            table: ScoreTable::new_in(unsafe { ContextAllocator::new(memory) }),
             memory,
             candidates: None,
         };
-        if let Candidates::Listed { array: list, position } = candidates {
+        if let Candidates::Listed {
+            array: list,
+            position,
+        } = candidates
+        {
             let array = list.ok_or(Error::InvalidParameter {
                 name: "candidates",
                 value: "NULL".into(),
                 requirement: "an array (an empty array gives NULL)".into(),
             })?;
+            // SAFETY: a non-NULL array argument of the call, of the item type's array type
+            // (the aggregate's signature says anyarray of anyelement).
             unsafe {
                 for candidate in item_type.array_elements(array) {
                     state.add(candidate, 0.0);
@@ -139,32 +154,41 @@ impl ItemScores {
     }
 
     /// Adds `amount` (in units of max_score) to the item's score.
-    fn add(&mut self, item: Datum, amount: f64) {
+    ///
+    /// # Safety
+    /// `item` must be a valid, non-NULL datum of the state's item type.
+    unsafe fn add(&mut self, item: Datum, amount: f64) {
         let item_type = self.item_type;
         let memory = self.memory;
-        self.table.add(
-            item_type.hash(item),
-            amount,
-            |&stored| item_type.equal(stored, item),
-            || unsafe { PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item)) },
-        );
+        // SAFETY: `item` is valid, as the caller guarantees, and so is every stored item
+        // (a copy in the state's memory context); the copy is made in that context.
+        unsafe {
+            self.table.add(
+                item_type.hash(item),
+                amount,
+                |&stored| item_type.equal(stored, item),
+                || PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item)),
+            );
+        }
     }
 
-    /// Later rows must pass the parameters and candidates of the first.
-    fn check_row(&self, arguments: &SelectionArguments, candidates: Candidates) -> Result<(), Error> {
-        arguments.check_unchanged(&self.selection)?;
+    /// Later rows must pass the candidates of the first.
+    fn check_candidates(&self, candidates: Candidates) -> Result<(), Error> {
         match (candidates, &self.candidates) {
-            (Candidates::Listed { array: Some(array), .. }, Some(first))
-                if unsafe { first.is_same(array) } =>
-            {
-                Ok(())
-            }
+            // SAFETY: a non-NULL array argument of the transition call.
+            (
+                Candidates::Listed {
+                    array: Some(array), ..
+                },
+                Some(first),
+                // SAFETY: a non-NULL array argument of the transition call.
+            ) if unsafe { first.is_same(array) } => Ok(()),
             (Candidates::Listed { .. }, _) => Err(Error::ParameterChanged {
                 name: "candidates",
                 first: "the array of the first row".into(),
                 now: "another array".into(),
             }),
-            (Candidates::Open, _) => Ok(()),
+            (Candidates::Open | Candidates::Unknown, _) => Ok(()),
         }
     }
 }
@@ -172,166 +196,208 @@ impl ItemScores {
 /// The item type of this call (argument 1 of a transition or final function), checked
 /// for a hash operator class even when no row arrived, so that the error does not depend
 /// on the data.
+///
+/// # Safety
+/// `fcinfo` must be the call info of a selection transition or final function.
 unsafe fn call_item_type(fcinfo: pg_sys::FunctionCallInfo) -> ItemType {
-    let type_oid = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 1);
-    ItemType::lookup(type_oid, (*fcinfo).fncollation).unwrap_or_else(|e| raise(e))
+    // SAFETY: the call info's flinfo describes the function being called.
+    let (type_oid, collation) = unsafe {
+        (
+            pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 1),
+            (*fcinfo).fncollation,
+        )
+    };
+    ItemType::lookup(type_oid, collation).or_raise()
 }
 
-impl Candidates {
-    /// The candidates of a transition call: its argument `index` (the aggregate's argument
-    /// `index − 1`, as the state comes first) in the forms that have it, else Open.
-    pub fn of_call(call: &CallArguments, index: usize) -> Self {
-        if call.count() > index {
-            Candidates::Listed {
-                array: call.datum(index),
-                position: index - 1,
-            }
-        } else {
-            Candidates::Open
+impl State for ItemScores {
+    type Arguments = RowArguments;
+    type Parameters = Selection;
+    const TRANSITION: &'static str = "a selection transition function";
+    const COMBINE: &'static str = "dp_item_scores_combine";
+    const SERIALIZE: &'static str =
+        "dp_item_scores_serialize (the serial function of a partial aggregation)";
+
+    fn read(form: &Form, source: &impl aggregate::Source) -> Option<RowArguments> {
+        let at = form.positions;
+        let selection = SelectionArguments {
+            epsilon: source.float(at.epsilon)?,
+            max_score: match at.max_score {
+                Some(position) => source.float(position)?,
+                None => Some(1.0),
+            },
+            k: match at.k {
+                Some(position) => source.integer(position)?,
+                None => Some(1),
+            },
+            delta: match at.delta {
+                Some(position) => Some(source.float(position)?),
+                None => None,
+            },
+            k_bar: match at.k_bar {
+                Some(position) => Some(source.integer(position)?),
+                None => None,
+            },
+        };
+        let candidates = match at
+            .candidates
+            .map(|position| (position, source.argument(position)))
+        {
+            None => Candidates::Open,
+            Some((position, Argument::Known(array))) => Candidates::Listed { array, position },
+            Some((_, Argument::Unknown)) => Candidates::Unknown,
+        };
+        Some(RowArguments {
+            selection,
+            candidates,
+        })
+    }
+
+    unsafe fn first(
+        fcinfo: pg_sys::FunctionCallInfo,
+        _form: &Form,
+        arguments: &RowArguments,
+        memory: MemoryContext,
+    ) -> Result<Option<Self>, Error> {
+        // SAFETY: a selection transition or final function's call info.
+        let item_type = unsafe { call_item_type(fcinfo) };
+        let selection = arguments.selection.validate()?;
+        if let Candidates::Unknown = arguments.candidates {
+            return Ok(None);
+        }
+        // SAFETY: as above; the candidates are the call's own array argument.
+        unsafe { ItemScores::new(fcinfo, item_type, selection, arguments.candidates, memory) }
+            .map(Some)
+    }
+
+    fn check_row(&self, arguments: &RowArguments) -> Result<(), Error> {
+        arguments.selection.check_unchanged(&self.selection)?;
+        self.check_candidates(arguments.candidates)
+    }
+
+    unsafe fn add_row(&mut self, row: &CallArguments) {
+        if let Some(item) = row.datum(1) {
+            // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp
+            // (../shared/PRIVACY.md, section 6: clamp, never error, on data).
+            let amount = contribution(row.float(2), self.selection.max_score);
+            // SAFETY: a non-NULL item argument of the transition call, of the item type.
+            unsafe { self.add(item, amount) };
         }
     }
-}
 
-/// The transition function of every selection aggregate, called as
-/// (state, item, score, ...): the rest of the call is already read into `arguments` and
-/// `candidates`.
-///
-/// # Safety
-/// `fcinfo` must be the call info of that transition function, and `call` read from it.
-pub unsafe fn transition(
-    fcinfo: pg_sys::FunctionCallInfo,
-    call: &CallArguments,
-    arguments: SelectionArguments,
-    candidates: Candidates,
-) -> Datum {
-    let state = accumulate(
-        fcinfo,
-        Internal::from(call.datum(0)),
-        call.datum(1).map(RawItem),
-        call.float(2),
-        arguments,
-        candidates,
-    );
-    return_internal(fcinfo, state)
-}
+    fn parameters(&self) -> &Selection {
+        &self.selection
+    }
 
-/// The transition step shared by every selection aggregate.
-unsafe fn accumulate(
-    fcinfo: pg_sys::FunctionCallInfo,
-    mut state: Internal,
-    item: Option<RawItem>,
-    score: Option<f64>,
-    arguments: SelectionArguments,
-    candidates: Candidates,
-) -> Internal {
-    if let Some(scores) = state.get::<ItemScores>() {
+    fn privacy_cost(&self) -> (f64, f64) {
+        (self.selection.epsilon, self.selection.delta.unwrap_or(0.0))
+    }
+
+    fn empty_like(other: &Self, memory: MemoryContext) -> Self {
+        // SAFETY: an open table needs no call info (no candidates are read).
+        unsafe {
+            ItemScores::new(
+                std::ptr::null_mut(),
+                other.item_type,
+                other.selection,
+                Candidates::Open,
+                memory,
+            )
+        }
+        .or_raise()
+    }
+
+    fn merge(&mut self, other: &Self) {
+        for entry in other.table.iter() {
+            // SAFETY: the items of a state are valid datums of its item type, which is
+            // this state's (the parameters were compared, and the type is fixed by the
+            // aggregate's signature).
+            unsafe { self.add(entry.item, entry.score) };
+        }
+        if !other.table.is_open() {
+            self.table.close();
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let entries: Vec<_> = self.table.iter().collect();
+        let mut serialized = SerializedItemScores {
+            type_oid: self.item_type.type_oid.to_u32(),
+            collation: self.item_type.collation.to_u32(),
+            selection: self.selection,
+            open: self.table.is_open(),
+            hashes: entries.iter().map(|e| e.hash).collect(),
+            scores: entries.iter().map(|e| e.score).collect(),
+            lengths: Vec::with_capacity(entries.len()),
+            images: Bytes::default(),
+        };
+        for entry in entries {
+            // SAFETY: the items of a state are valid datums of its item type.
+            let length = unsafe {
+                self.item_type
+                    .write_image(entry.item, &mut serialized.images.0)
+            };
+            serialized.lengths.push(length);
+        }
+        serde_cbor::to_vec(&serialized).expect("the state serializes")
+    }
+
+    fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {
+        let serialized: SerializedItemScores =
+            serde_cbor::from_slice(bytes).expect("a state written by dp_item_scores_serialize");
+        let item_type =
+            ItemType::lookup(serialized.type_oid.into(), serialized.collation.into()).or_raise();
+        // SAFETY: an open table needs no call info (no candidates are read).
+        let mut scores = unsafe {
+            ItemScores::new(
+                std::ptr::null_mut(),
+                item_type,
+                serialized.selection,
+                Candidates::Open,
+                memory,
+            )
+        }
+        .or_raise();
+        let mut offset = 0usize;
+        for ((&hash, &score), &length) in serialized
+            .hashes
+            .iter()
+            .zip(&serialized.scores)
+            .zip(&serialized.lengths)
+        {
+            let image = &serialized.images.0[offset..offset + length as usize];
+            offset += length as usize;
+            // SAFETY: `memory` is the current memory context, live for the whole call.
+            let item =
+                unsafe { PgMemoryContexts::For(memory).switch_to(|_| item_type.restore(image)) };
+            // The items of a serialized table are distinct: no comparison needed.
+            scores.table.add(hash, score, |_| false, || item);
+        }
+        if !serialized.open {
+            scores.table.close();
+        }
         scores
-            .check_row(&arguments, candidates)
-            .unwrap_or_else(|e| raise(e));
-    } else {
-        let memory = aggregate_memory(fcinfo, "a selection transition function");
-        let selection = arguments.validate().unwrap_or_else(|e| raise(e));
-        let item_type = call_item_type(fcinfo);
-        PgMemoryContexts::For(memory).switch_to(|_| {
-            let scores = ItemScores::new(fcinfo, item_type, selection, candidates, memory)
-                .unwrap_or_else(|e| raise(e));
-            state.insert(scores);
-        });
     }
-    let scores = state.get_mut::<ItemScores>().expect("the state was just made");
-    if let Some(RawItem(item)) = item {
-        // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp (PRIVACY.md 6).
-        let amount = contribution(score, scores.selection.max_score);
-        scores.add(item, amount);
-    }
-    state
 }
 
-/// The state a final function samples from, once the evaluation is charged to the
-/// session's privacy budget: the rows' state, or with no rows, the one the call's
-/// arguments describe (its candidates at score 0, or no item at all). None when an
-/// argument depends on the rows and cannot be read without them: the answer is then NULL
-/// (nothing is sampled, nothing charged).
-///
-/// Parameters are validated in both cases, so that an error never depends on whether
-/// rows arrived.
+/// A final function of `aggregate`: (state, the aggregate's arguments), answered by
+/// `mechanism` once the evaluation is charged.
 ///
 /// # Safety
-/// `fcinfo` must be the call info of a final function whose argument 1 is the item.
-pub unsafe fn final_state<'a>(
+/// `fcinfo` must be the call info of `aggregate`'s final function.
+pub unsafe fn final_function(
     fcinfo: pg_sys::FunctionCallInfo,
-    state: &'a Internal,
-    form: Form,
-    aggregate: &'static str,
-) -> Option<FinalState<'a>> {
-    let scores = unrecorded_final_state(fcinfo, state, form)?;
-    let release = Release {
-        aggregate,
-        epsilon: scores.selection.epsilon,
-        epsilon_position: form.epsilon,
-        delta: scores.selection.delta.unwrap_or(0.0),
-    };
-    charge(fcinfo, release);
-    Some(scores)
-}
-
-unsafe fn unrecorded_final_state<'a>(
-    fcinfo: pg_sys::FunctionCallInfo,
-    state: &'a Internal,
-    form: Form,
-) -> Option<FinalState<'a>> {
-    let item_type = call_item_type(fcinfo);
-    if let Some(scores) = state.get::<ItemScores>() {
-        return Some(FinalState::Rows(scores));
-    }
-    let argument = |at: usize| aggregate_argument(fcinfo, at);
-    let arguments = SelectionArguments {
-        epsilon: argument(form.epsilon).float()?,
-        max_score: match form.max_score {
-            Some(at) => argument(at).float()?,
-            None => Some(1.0),
-        },
-        k: match form.k {
-            Some(at) => argument(at).integer()?,
-            None => Some(1),
-        },
-        delta: match form.delta {
-            Some(at) => Some(argument(at).float()?),
-            None => None,
-        },
-        k_bar: match form.k_bar {
-            Some(at) => Some(argument(at).integer()?),
-            None => None,
-        },
-    };
-    let selection = arguments.validate().unwrap_or_else(|e| raise(e));
-    let candidates = match form.candidates.map(|at| (at, argument(at))) {
-        None => Candidates::Open,
-        Some((_, Argument::Unknown)) => return None,
-        Some((position, Argument::Known(array))) => Candidates::Listed { array, position },
-    };
-    let memory = pg_sys::CurrentMemoryContext;
-    let scores = ItemScores::new(fcinfo, item_type, selection, candidates, memory)
-        .unwrap_or_else(|e| raise(e));
-    Some(FinalState::NoRows(scores))
-}
-
-/// What a final function samples from.
-pub enum FinalState<'a> {
-    /// The state the rows built.
-    Rows(&'a ItemScores),
-    /// No row arrived: the candidates of the call, all at score 0.
-    NoRows(ItemScores),
-}
-
-impl std::ops::Deref for FinalState<'_> {
-    type Target = ItemScores;
-
-    fn deref(&self) -> &ItemScores {
-        match self {
-            FinalState::Rows(scores) => scores,
-            FinalState::NoRows(scores) => scores,
-        }
+    aggregate: &Aggregate,
+    mechanism: fn(&ItemScores) -> Option<Datum>,
+) -> Datum {
+    // SAFETY: as the caller guarantees; FINALFUNC_EXTRA passes one argument per argument
+    // of the aggregate after the state.
+    unsafe {
+        let call = CallArguments::new(fcinfo);
+        let state = Internal::from(call.datum(0));
+        let answer = final_state::<ItemScores>(fcinfo, &state, aggregate, call.count() - 1)
+            .and_then(|scores| mechanism(&scores));
+        return_datum(fcinfo, answer)
     }
 }
 
@@ -348,176 +414,23 @@ struct SerializedItemScores {
     images: Bytes,
 }
 
-/// Combine function: adds the second state's scores into the first.
-///
-/// # Safety
-/// `fcinfo` must be the call info of an aggregate combine function.
-pub unsafe fn combine(fcinfo: pg_sys::FunctionCallInfo, mut first: Internal, second: Internal) -> Internal {
-    let memory = aggregate_memory(fcinfo, "dp_item_scores_combine");
-    let Some(other) = second.get::<ItemScores>() else {
-        return first;
-    };
-    if let Some(scores) = first.get::<ItemScores>() {
-        if scores.selection != other.selection {
-            raise(Error::ParameterChanged {
-                name: "the parameters",
-                first: format!("{:?}", scores.selection),
-                now: format!("{:?}", other.selection),
-            });
-        }
-    } else {
-        PgMemoryContexts::For(memory).switch_to(|_| {
-            let empty =
-                ItemScores::new(fcinfo, other.item_type, other.selection, Candidates::Open, memory)
-                    .unwrap_or_else(|e| raise(e));
-            first.insert(empty);
-        });
-    }
-    let scores = first.get_mut::<ItemScores>().expect("the state was just made");
-    for entry in other.table.iter() {
-        scores.add(entry.item, entry.score);
-    }
-    if !other.table.is_open() {
-        scores.table.close();
-    }
-    first
-}
-
-/// Serialize function: the state as bytes for the leader of a parallel aggregation.
-///
-/// # Safety
-/// `fcinfo` must be the call info of an aggregate serialize function.
-pub unsafe fn serialize(fcinfo: pg_sys::FunctionCallInfo, state: Internal) -> Vec<u8> {
-    require_serializing(fcinfo, "dp_item_scores_serialize (the serial function of a partial aggregation)");
-    let scores = state
-        .get::<ItemScores>()
-        .expect("the serialize function is strict in its state");
-    let entries: Vec<_> = scores.table.iter().collect();
-    let mut serialized = SerializedItemScores {
-        type_oid: scores.item_type.type_oid.to_u32(),
-        collation: scores.item_type.collation.to_u32(),
-        selection: scores.selection,
-        open: scores.table.is_open(),
-        hashes: entries.iter().map(|e| e.hash).collect(),
-        scores: entries.iter().map(|e| e.score).collect(),
-        lengths: Vec::with_capacity(entries.len()),
-        images: Bytes::default(),
-    };
-    for entry in entries {
-        let length = scores.item_type.write_image(entry.item, &mut serialized.images.0);
-        serialized.lengths.push(length);
-    }
-    serde_cbor::to_vec(&serialized).expect("the state serializes")
-}
-
-/// Deserialize function: rebuilds a state, in the current memory context.
-///
-/// # Safety
-/// `bytes` must come from [`serialize`] in the same cluster.
-pub unsafe fn deserialize(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u8]) -> Internal {
-    let serialized: SerializedItemScores =
-        serde_cbor::from_slice(bytes).expect("a state written by dp_item_scores_serialize");
-    let item_type = ItemType::lookup(serialized.type_oid.into(), serialized.collation.into())
-        .unwrap_or_else(|e| raise(e));
-    let memory = pg_sys::CurrentMemoryContext;
-    let mut scores =
-        ItemScores::new(fcinfo, item_type, serialized.selection, Candidates::Open, memory)
-            .unwrap_or_else(|e| raise(e));
-    let mut offset = 0usize;
-    for ((&hash, &score), &length) in serialized
-        .hashes
-        .iter()
-        .zip(&serialized.scores)
-        .zip(&serialized.lengths)
-    {
-        let image = &serialized.images.0[offset..offset + length as usize];
-        offset += length as usize;
-        let item = item_type.restore(image);
-        scores.table.add(hash, score, |_| false, || item);
-    }
-    if !serialized.open {
-        scores.table.close();
-    }
-    Internal::new(scores)
-}
-
 #[pg_extern(parallel_safe)]
 fn dp_item_scores_combine(
     first: Internal,
     second: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
-    unsafe { combine(fcinfo, first, second) }
+    // SAFETY: PostgreSQL calls it as the combine function of the selection aggregates.
+    unsafe { aggregate::combine::<ItemScores>(fcinfo, first, second) }
 }
 
 #[pg_extern(parallel_safe, strict)]
 fn dp_item_scores_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Vec<u8> {
-    unsafe { serialize(fcinfo, state) }
+    // SAFETY: PostgreSQL calls it as their serialize function (and it checks that).
+    unsafe { aggregate::serialize::<ItemScores>(fcinfo, state) }
 }
 
 #[pg_extern(parallel_safe, strict)]
-fn dp_item_scores_deserialize(
-    bytes: &[u8],
-    _unused: Internal,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    unsafe { deserialize(fcinfo, bytes) }
+fn dp_item_scores_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
+    aggregate::deserialize::<ItemScores>(bytes)
 }
-
-// Every selection aggregate: the same state type and support functions, its own
-// transition and final functions (FINALFUNC_EXTRA, so that the final function can return
-// the polymorphic item type and read its arguments). VOLATILE comes later, with the
-// catalog fix-ups of mod.rs.
-extension_sql!(
-    r#"
-DO $aggregates$
-DECLARE
-    aggregate record;
-BEGIN
-    FOR aggregate IN
-        SELECT * FROM (VALUES
-            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision'),
-            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision, max_score double precision'),
-            ('dp_argmax', 'item anyelement, score double precision, epsilon double precision, max_score double precision, candidates anyarray'),
-            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision'),
-            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision, max_score double precision'),
-            ('dp_top_k', 'item anyelement, score double precision, k integer, epsilon double precision, max_score double precision, candidates anyarray'),
-            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision'),
-            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision'),
-            ('dp_top_k_unknown_domain', 'item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer')
-        ) AS a(name, arguments)
-    LOOP
-        -- The transition functions are version-1 C functions of their own (see
-        -- arguments.rs), one symbol for every form of an aggregate.
-        EXECUTE format(
-            'CREATE FUNCTION %I(state internal, %s) RETURNS internal
-             AS %L, %L LANGUAGE C PARALLEL SAFE',
-            aggregate.name || '_trans', aggregate.arguments, 'MODULE_PATHNAME', aggregate.name || '_trans');
-        EXECUTE format(
-            'CREATE AGGREGATE %I(%s) (
-                SFUNC = %I, STYPE = internal, SSPACE = 4096,
-                FINALFUNC = %I, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
-                COMBINEFUNC = dp_item_scores_combine,
-                SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
-                PARALLEL = SAFE)',
-            aggregate.name, aggregate.arguments, aggregate.name || '_trans', aggregate.name || '_final');
-    END LOOP;
-END
-$aggregates$;
-"#,
-    name = "selection_aggregates",
-    requires = [
-        dp_item_scores_combine,
-        dp_item_scores_serialize,
-        dp_item_scores_deserialize,
-        argmax::dp_argmax_final_counting,
-        argmax::dp_argmax_final_scored,
-        argmax::dp_argmax_final_candidates,
-        top_k::dp_top_k_final_counting,
-        top_k::dp_top_k_final_scored,
-        top_k::dp_top_k_final_candidates,
-        top_k::dp_top_k_unknown_domain_final_counting,
-        top_k::dp_top_k_unknown_domain_final_scored,
-        top_k::dp_top_k_unknown_domain_final_k_bar,
-    ],
-);

@@ -7,12 +7,7 @@
 //! no function-manager call per row (the hot path of every selection aggregate).
 
 use crate::error::Error;
-use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::pg_sys::{self, Datum, Oid};
-use pgrx::pgrx_sql_entity_graph::metadata::{
-    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
-};
-use pgrx::FromDatum;
 use std::ffi::{c_char, CStr};
 use std::hash::BuildHasher;
 
@@ -45,60 +40,30 @@ fn hash_bytes(bytes: &[u8]) -> u32 {
 /// # Safety
 /// `item` must be a valid, non-NULL varlena datum that outlives the returned slice.
 unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
-    let mut pointer = item.cast_mut_ptr::<pg_sys::varlena>();
-    let inline = pgrx::varatt_is_4b_u(pointer) || (pgrx::varatt_is_1b(pointer) && !pgrx::varatt_is_1b_e(pointer));
-    if !inline {
-        pointer = pg_sys::pg_detoast_datum_packed(pointer);
+    // SAFETY: a valid varlena (the caller's contract) is read where it lies when inline,
+    // else detoasted into a copy that lives as long as the current memory context.
+    unsafe {
+        let mut pointer = item.cast_mut_ptr::<pg_sys::varlena>();
+        let inline = pgrx::varatt_is_4b_u(pointer)
+            || (pgrx::varatt_is_1b(pointer) && !pgrx::varatt_is_1b_e(pointer));
+        if !inline {
+            pointer = pg_sys::pg_detoast_datum_packed(pointer);
+        }
+        std::slice::from_raw_parts(
+            pgrx::vardata_any(pointer) as *const u8,
+            pgrx::varsize_any_exhdr(pointer),
+        )
     }
-    std::slice::from_raw_parts(pgrx::vardata_any(pointer) as *const u8, pgrx::varsize_any_exhdr(pointer))
 }
 
 fn collation_is_deterministic(collation: Oid) -> bool {
     collation == pg_sys::DEFAULT_COLLATION_OID
         || collation == pg_sys::C_COLLATION_OID
-        || (collation != pg_sys::InvalidOid && unsafe { pg_sys::get_collation_isdeterministic(collation) })
+        || (collation != pg_sys::InvalidOid
+            // SAFETY: a catalog lookup of the aggregate's input collation; an unknown
+            // oid raises an ERROR, never undefined behaviour.
+            && unsafe { pg_sys::get_collation_isdeterministic(collation) })
 }
-
-/// An item argument (SQL anyelement) unboxed as its raw datum: its type is looked up once
-/// per state, not once per row as pgrx's AnyElement does.
-pub struct RawItem(pub Datum);
-
-/// The anyarray argument FINALFUNC_EXTRA passes to a final function: always NULL, there
-/// for the signature (PostgreSQL resolves the polymorphic result type from it).
-pub struct ExtraArray;
-
-impl FromDatum for RawItem {
-    unsafe fn from_polymorphic_datum(datum: Datum, is_null: bool, _: Oid) -> Option<Self> {
-        (!is_null).then_some(RawItem(datum))
-    }
-}
-
-impl FromDatum for ExtraArray {
-    unsafe fn from_polymorphic_datum(_: Datum, is_null: bool, _: Oid) -> Option<Self> {
-        (!is_null).then_some(ExtraArray)
-    }
-}
-
-macro_rules! raw_argument {
-    ($name:ident, $sql:literal) => {
-        unsafe impl<'fcx> ArgAbi<'fcx> for $name {
-            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-                unsafe { arg.unbox_arg_using_from_datum().expect("a non-NULL argument") }
-            }
-        }
-
-        unsafe impl SqlTranslatable for $name {
-            const TYPE_IDENT: &'static str = concat!(module_path!(), "::", stringify!($name));
-            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
-            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal($sql));
-            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-                Ok(ReturnsRef::One(SqlMappingRef::literal($sql)));
-        }
-    };
-}
-
-raw_argument!(RawItem, "anyelement");
-raw_argument!(ExtraArray, "anyarray");
 
 /// How to hash, compare, copy and serialize the items of one type.
 #[derive(Clone, Copy)]
@@ -116,6 +81,7 @@ pub struct ItemType {
 
 /// The name of a type, as `format_type_be` prints it.
 pub fn type_name(type_oid: Oid) -> String {
+    // SAFETY: format_type_be returns a palloc'd C string for any oid.
     unsafe { CStr::from_ptr(pg_sys::format_type_be(type_oid)) }
         .to_string_lossy()
         .into_owned()
@@ -125,6 +91,8 @@ impl ItemType {
     /// Looks up the type's hash and equality functions; a type without a default hash
     /// operator class (point, xml, ...) cannot be an item.
     pub fn lookup(type_oid: Oid, collation: Oid) -> Result<Self, Error> {
+        // SAFETY: lookup_type_cache returns an entry of the backend's type cache, which
+        // is never freed; its function infos live as long as the backend.
         unsafe {
             let flags = pg_sys::TYPECACHE_HASH_PROC_FINFO | pg_sys::TYPECACHE_EQ_OPR_FINFO;
             let entry = pg_sys::lookup_type_cache(type_oid, flags as i32);
@@ -146,10 +114,12 @@ impl ItemType {
                 | pg_sys::TIMESTAMPOID
                 | pg_sys::TIMESTAMPTZOID
                 | pg_sys::BOOLOID
-                | pg_sys::CHAROID => Comparison::Bits { length: length as usize },
-                _ if (*entry).typtype as u8 == pg_sys::TYPTYPE_ENUM => {
-                    Comparison::Bits { length: length as usize }
-                }
+                | pg_sys::CHAROID => Comparison::Bits {
+                    length: length as usize,
+                },
+                _ if (*entry).typtype as u8 == pg_sys::TYPTYPE_ENUM => Comparison::Bits {
+                    length: length as usize,
+                },
                 pg_sys::TEXTOID | pg_sys::VARCHAROID if collation_is_deterministic(collation) => {
                     Comparison::Bytes
                 }
@@ -179,14 +149,22 @@ impl ItemType {
         }
     }
 
-    pub fn hash(&self, item: Datum) -> u32 {
+    /// The item's hash, equal for items that [`ItemType::equal`] says are equal.
+    ///
+    /// # Safety
+    /// `item` must be a valid, non-NULL datum of this type.
+    pub unsafe fn hash(&self, item: Datum) -> u32 {
+        // SAFETY: a valid datum of this type (the caller's contract), read as the type's
+        // comparison says: its bits, its varlena contents, its fixed bytes, or through the
+        // type's own hash function.
         unsafe {
             match self.comparison {
                 Comparison::Bits { length } => hash_bytes(&Self::bits(item, length).to_ne_bytes()),
                 Comparison::Bytes => hash_bytes(varlena_contents(item)),
-                Comparison::FixedBytes { length } => {
-                    hash_bytes(std::slice::from_raw_parts(item.cast_mut_ptr::<u8>(), length))
-                }
+                Comparison::FixedBytes { length } => hash_bytes(std::slice::from_raw_parts(
+                    item.cast_mut_ptr::<u8>(),
+                    length,
+                )),
                 Comparison::Operator => {
                     pg_sys::FunctionCall1Coll(self.hash, self.collation, item).value() as u32
                 }
@@ -194,7 +172,12 @@ impl ItemType {
         }
     }
 
-    pub fn equal(&self, a: Datum, b: Datum) -> bool {
+    /// Whether two items are one, as the type's default hash operator class says.
+    ///
+    /// # Safety
+    /// `a` and `b` must be valid, non-NULL datums of this type.
+    pub unsafe fn equal(&self, a: Datum, b: Datum) -> bool {
+        // SAFETY: as in `hash`, for both items.
         unsafe {
             match self.comparison {
                 Comparison::Bits { length } => Self::bits(a, length) == Self::bits(b, length),
@@ -215,18 +198,25 @@ impl ItemType {
     /// # Safety
     /// `item` must be a valid, non-NULL datum of this type.
     unsafe fn image<'a>(&self, item: Datum) -> &'a [u8] {
-        let (pointer, length) = match self.length {
-            -1 => {
-                let flat = pg_sys::pg_detoast_datum(item.cast_mut_ptr());
-                (flat as *const u8, pgrx::varsize_any(flat))
-            }
-            -2 => {
-                let text = item.cast_mut_ptr::<c_char>();
-                (text as *const u8, CStr::from_ptr(text).to_bytes_with_nul().len())
-            }
-            n => (item.cast_mut_ptr::<u8>() as *const u8, n as usize),
-        };
-        std::slice::from_raw_parts(pointer, length)
+        // SAFETY: a valid datum of this type is a varlena (length -1), a C string (-2) or
+        // `length` bytes; a varlena is detoasted first.
+        unsafe {
+            let (pointer, length) = match self.length {
+                -1 => {
+                    let flat = pg_sys::pg_detoast_datum(item.cast_mut_ptr());
+                    (flat as *const u8, pgrx::varsize_any(flat))
+                }
+                -2 => {
+                    let text = item.cast_mut_ptr::<c_char>();
+                    (
+                        text as *const u8,
+                        CStr::from_ptr(text).to_bytes_with_nul().len(),
+                    )
+                }
+                n => (item.cast_mut_ptr::<u8>() as *const u8, n as usize),
+            };
+            std::slice::from_raw_parts(pointer, length)
+        }
     }
 
     /// A copy of `item` in the current memory context.
@@ -237,7 +227,8 @@ impl ItemType {
         if self.by_value {
             item
         } else {
-            self.restore(self.image(item))
+            // SAFETY: as the caller guarantees.
+            self.restore(unsafe { self.image(item) })
         }
     }
 
@@ -250,7 +241,8 @@ impl ItemType {
         if self.by_value {
             out.extend_from_slice(&item.value().to_ne_bytes());
         } else {
-            out.extend_from_slice(self.image(item));
+            // SAFETY: as the caller guarantees.
+            out.extend_from_slice(unsafe { self.image(item) });
         }
         (out.len() - start) as u32
     }
@@ -263,6 +255,8 @@ impl ItemType {
             word.copy_from_slice(bytes);
             Datum::from(usize::from_ne_bytes(word))
         } else {
+            // SAFETY: palloc returns a block of the size asked for, which nothing else
+            // uses; the bytes are copied into it whole.
             unsafe {
                 let target = pg_sys::palloc(bytes.len()) as *mut u8;
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), target, bytes.len());
@@ -276,14 +270,28 @@ impl ItemType {
     /// # Safety
     /// `array` must be a valid, non-NULL array whose element type is this type.
     pub unsafe fn array_elements(&self, array: Datum) -> Vec<Datum> {
-        array_elements(array, self.type_oid, self.length, self.by_value, self.alignment)
-            .into_iter()
-            .flatten()
-            .collect()
+        // SAFETY: as the caller guarantees, with this type's own layout.
+        unsafe {
+            array_elements(
+                array,
+                self.type_oid,
+                self.length,
+                self.by_value,
+                self.alignment,
+            )
+        }
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// A one-dimensional array of `items`, in the current memory context.
-    pub fn array(&self, items: &[Datum]) -> Datum {
+    ///
+    /// # Safety
+    /// Every item must be a valid, non-NULL datum of this type.
+    pub unsafe fn array(&self, items: &[Datum]) -> Datum {
+        // SAFETY: construct_array copies the valid items (the caller's contract) with
+        // this type's layout; it does not keep or write the slice.
         unsafe {
             let array = pg_sys::construct_array(
                 items.as_ptr() as *mut Datum,
@@ -309,21 +317,25 @@ pub unsafe fn array_elements(
     by_value: bool,
     alignment: c_char,
 ) -> Vec<Option<Datum>> {
-    let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-    let mut values: *mut Datum = std::ptr::null_mut();
-    let mut nulls: *mut bool = std::ptr::null_mut();
-    let mut count = 0;
-    pg_sys::deconstruct_array(
-        array,
-        element_type,
-        length as i32,
-        by_value,
-        alignment,
-        &mut values,
-        &mut nulls,
-        &mut count,
-    );
-    (0..count as usize)
-        .map(|i| (!*nulls.add(i)).then(|| *values.add(i)))
-        .collect()
+    // SAFETY: a valid array with this element layout (the caller's contract), detoasted;
+    // deconstruct_array fills `count` values and nulls, read within that count.
+    unsafe {
+        let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let mut values: *mut Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count = 0;
+        pg_sys::deconstruct_array(
+            array,
+            element_type,
+            length as i32,
+            by_value,
+            alignment,
+            &mut values,
+            &mut nulls,
+            &mut count,
+        );
+        (0..count as usize)
+            .map(|i| (!*nulls.add(i)).then(|| *values.add(i)))
+            .collect()
+    }
 }

@@ -4,15 +4,16 @@ mod aggregate;
 mod argmax;
 mod arguments;
 pub mod budget;
+mod forms;
 pub mod guc;
 mod item_scores;
 mod items;
 mod memory;
 mod quantile;
 mod serialization;
-mod top_k;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
+mod top_k;
 
 use crate::error::Error;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -20,32 +21,37 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 /// Raises `error` as a PostgreSQL ERROR with its SQLSTATE.
 pub fn raise(error: Error) -> ! {
-    let code = match &error {
-        Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => {
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-        }
-        Error::NoHashFunction { .. } => PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
-        Error::NotInAggregate { .. } => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        Error::BudgetExceeded { .. } => PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-        Error::NoBudget { .. }
-        | Error::ExplainAnalyzeRefused { .. }
-        | Error::NotBudgetAdministrator { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-        Error::BudgetsUnavailable { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        Error::TooManyRoles { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        Error::LedgerWrite { .. } => PgSqlErrorCode::ERRCODE_IO_ERROR,
-    };
-    debug_assert_eq!(sqlstate_of(code), error.sqlstate());
+    let code = PgSqlErrorCode::from(error.sqlstate_code());
     ErrorReport::new(code, error.to_string(), "pg_exp_mech").report(PgLogLevel::ERROR);
     unreachable!("an ERROR does not return")
 }
 
-/// The five-character SQLSTATE of a PostgreSQL error code.
-fn sqlstate_of(code: PgSqlErrorCode) -> String {
-    let packed = code as i32;
-    (0..5)
-        .map(|i| (((packed >> (6 * i)) & 0x3F) as u8 + b'0') as char)
-        .collect()
+/// The value of a `Result`, or its error raised as a PostgreSQL ERROR.
+pub trait OrRaise<T> {
+    fn or_raise(self) -> T;
 }
+
+impl<T> OrRaise<T> for Result<T, Error> {
+    fn or_raise(self) -> T {
+        self.unwrap_or_else(|error| raise(error))
+    }
+}
+
+// The aggregates and their transition and final functions, as forms.rs describes them.
+pgrx::extension_sql_file!(
+    "aggregates.sql",
+    name = "aggregates",
+    requires = [
+        item_scores::dp_item_scores_combine,
+        item_scores::dp_item_scores_serialize,
+        item_scores::dp_item_scores_deserialize,
+        quantile::dp_quantile_final,
+        quantile::dp_quantiles_final,
+        quantile::dp_quantile_combine,
+        quantile::dp_quantile_serialize,
+        quantile::dp_quantile_deserialize,
+    ],
+);
 
 pgrx::extension_sql!(
     r#"
@@ -102,14 +108,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sqlstates_match_the_error_enum() {
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE), "22023");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION), "42883");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED), "0A000");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED), "53400");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE), "42501");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), "55000");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED), "54000");
-        assert_eq!(sqlstate_of(PgSqlErrorCode::ERRCODE_IO_ERROR), "58030");
+    fn sqlstates_are_postgresqls_error_codes() {
+        let invalid = Error::invalid("epsilon", None, "finite");
+        let role = || "r".to_string();
+        for (error, code) in [
+            (invalid, PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE),
+            (
+                Error::NoHashFunction {
+                    type_name: "point".into(),
+                },
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FUNCTION,
+            ),
+            (
+                Error::NotInAggregate { function: "f" },
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            ),
+            (
+                Error::NoBudget { role: role() },
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            ),
+            (
+                Error::BudgetsUnavailable { reason: role() },
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ),
+            (
+                Error::TooManyRoles { capacity: 1 },
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            ),
+            (
+                Error::LedgerWrite { reason: role() },
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+            ),
+        ] {
+            assert_eq!(
+                PgSqlErrorCode::from(error.sqlstate_code()),
+                code,
+                "{error:?}"
+            );
+        }
     }
 }

@@ -1,25 +1,26 @@
 //! dp_quantile and dp_quantiles: the exponential mechanism on a public grid, from one
-//! histogram per group (mechanisms::quantile).
+//! histogram per group (mechanisms::quantile). Their forms are described in forms.rs; the
+//! steps around the state (transition, final, combine, serialization) are aggregate.rs's.
 
-use super::aggregate::{aggregate_memory, require_serializing};
-use super::arguments::{aggregate_argument, return_internal, Argument, ArrayArgument, CallArguments};
-use super::budget::{charge, Release};
+use super::aggregate::{self, final_state, transition, Source, State};
+use super::arguments::{Argument, ArrayArgument, CallArguments};
+use super::forms::{Form, Parameter, DP_QUANTILE, DP_QUANTILES};
+use super::guc;
 use super::items::array_elements;
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
-use super::{guc, raise};
 use crate::error::Error;
 use crate::mechanisms::quantile::{sample_quantile, sample_quantiles, Grid, Histogram, Snapper};
 use crate::mechanisms::rng;
 use crate::parameters;
-use pgrx::pg_sys::{self, Datum};
+use pgrx::pg_sys::{self, Datum, MemoryContext};
 use pgrx::prelude::*;
-use pgrx::{Internal, PgMemoryContexts};
+use pgrx::Internal;
 use serde::{Deserialize, Serialize};
 
 /// The parameters of one quantile aggregate, fixed by its first row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct QuantileParameters {
+pub struct QuantileParameters {
     grid: Grid,
     /// One alpha for dp_quantile, several for dp_quantiles.
     alphas: Vec<f64>,
@@ -30,13 +31,13 @@ struct QuantileParameters {
 #[derive(Debug, Clone, Copy)]
 enum Alphas {
     One(Option<f64>),
-    /// A float8[] (None: SQL NULL).
-    Many(Option<Datum>),
+    /// A float8[] (None: SQL NULL), and its argument position.
+    Many(Option<Datum>, usize),
 }
 
 /// The parameters as one row (or the call) gives them, before validation.
 #[derive(Debug, Clone, Copy)]
-struct QuantileArguments {
+pub struct QuantileArguments {
     alphas: Alphas,
     lo: Option<f64>,
     hi: Option<f64>,
@@ -44,9 +45,13 @@ struct QuantileArguments {
 }
 
 /// The elements of a float8[] (NULL elements as None).
+///
+/// # Safety
+/// `array` must be a valid, non-NULL float8[] datum.
 unsafe fn float_array(array: Datum) -> Vec<Option<f64>> {
     let alignment = pg_sys::TYPALIGN_DOUBLE as std::ffi::c_char;
-    array_elements(array, pg_sys::FLOAT8OID, 8, true, alignment)
+    // SAFETY: a float8[] has 8-byte, by-value, double-aligned elements.
+    unsafe { array_elements(array, pg_sys::FLOAT8OID, 8, true, alignment) }
         .into_iter()
         .map(|element| element.map(|d| f64::from_bits(d.value() as u64)))
         .collect()
@@ -56,7 +61,9 @@ impl QuantileArguments {
     fn validate(&self) -> Result<QuantileParameters, Error> {
         let alphas = match self.alphas {
             Alphas::One(alpha) => vec![parameters::alpha(alpha)?],
-            Alphas::Many(array) => {
+            Alphas::Many(array, _) => {
+                // SAFETY: a non-NULL float8[] argument of the call (the aggregate's
+                // signature says double precision[]).
                 let values = array.map(|a| unsafe { float_array(a) });
                 parameters::alphas(values.as_deref())?
             }
@@ -77,7 +84,7 @@ impl QuantileArguments {
 }
 
 /// The state of one group: its parameters and the histogram of its values.
-struct QuantileState {
+pub struct QuantileState {
     parameters: QuantileParameters,
     snapper: Snapper,
     histogram: Histogram<ContextAllocator>,
@@ -86,8 +93,12 @@ struct QuantileState {
 }
 
 impl QuantileState {
-    fn new(parameters: QuantileParameters, memory: pg_sys::MemoryContext) -> Self {
-        let histogram = Histogram::new_in(parameters.grid.size, ContextAllocator(memory));
+    fn new(parameters: QuantileParameters, memory: MemoryContext) -> Self {
+        // SAFETY: `memory` is the aggregate's (or the current) memory context, which
+        // outlives the state that holds the histogram.
+        let histogram = Histogram::new_in(parameters.grid.size, unsafe {
+            ContextAllocator::new(memory)
+        });
         Self {
             snapper: parameters.grid.snapper(),
             parameters,
@@ -95,14 +106,56 @@ impl QuantileState {
             alphas: None,
         }
     }
+}
 
-    /// Later rows must pass the parameters of the first.
+impl State for QuantileState {
+    type Arguments = QuantileArguments;
+    type Parameters = QuantileParameters;
+    const TRANSITION: &'static str = "a quantile transition function";
+    const COMBINE: &'static str = "dp_quantile_combine";
+    const SERIALIZE: &'static str =
+        "dp_quantile_serialize (the serial function of a partial aggregation)";
+
+    fn read(form: &Form, source: &impl Source) -> Option<QuantileArguments> {
+        let at = form.positions;
+        let alpha = at.alpha.expect("every quantile form has alpha or alphas");
+        let alphas = if form.parameters.contains(&Parameter::Alphas) {
+            match source.argument(alpha) {
+                Argument::Known(array) => Alphas::Many(array, alpha),
+                Argument::Unknown => return None,
+            }
+        } else {
+            Alphas::One(source.float(alpha)?)
+        };
+        Some(QuantileArguments {
+            alphas,
+            lo: source.float(at.lo.expect("every quantile form has lo"))?,
+            hi: source.float(at.hi.expect("every quantile form has hi"))?,
+            epsilon: source.float(at.epsilon)?,
+        })
+    }
+
+    unsafe fn first(
+        fcinfo: pg_sys::FunctionCallInfo,
+        _form: &Form,
+        arguments: &QuantileArguments,
+        memory: MemoryContext,
+    ) -> Result<Option<Self>, Error> {
+        let mut quantiles = QuantileState::new(arguments.validate()?, memory);
+        if let Alphas::Many(Some(array), position) = arguments.alphas {
+            // SAFETY: the call's own non-NULL array argument at `position`.
+            quantiles.alphas = Some(unsafe { ArrayArgument::new(fcinfo, position, array) });
+        }
+        Ok(Some(quantiles))
+    }
+
     fn check_row(&self, arguments: &QuantileArguments) -> Result<(), Error> {
         let first = &self.parameters;
         match (arguments.alphas, &self.alphas) {
             (Alphas::One(alpha), _) => parameters::unchanged("alpha", first.alphas[0], alpha)?,
-            (Alphas::Many(Some(array)), Some(alphas)) if unsafe { alphas.is_same(array) } => {}
-            (Alphas::Many(_), _) => {
+            // SAFETY: a non-NULL array argument of the transition call.
+            (Alphas::Many(Some(array), _), Some(alphas)) if unsafe { alphas.is_same(array) } => {}
+            (Alphas::Many(..), _) => {
                 return Err(Error::ParameterChanged {
                     name: "alphas",
                     first: "the array of the first row".into(),
@@ -114,183 +167,49 @@ impl QuantileState {
         parameters::unchanged("hi", first.grid.hi, arguments.hi)?;
         parameters::unchanged("epsilon", first.epsilon, arguments.epsilon)
     }
-}
 
-/// The transition step of both quantile aggregates. NULL and NaN values are skipped;
-/// ±∞ clamp to the ends of the grid.
-unsafe fn accumulate(
-    fcinfo: pg_sys::FunctionCallInfo,
-    mut state: Internal,
-    value: Option<f64>,
-    arguments: QuantileArguments,
-) -> Internal {
-    if let Some(quantiles) = state.get::<QuantileState>() {
-        quantiles.check_row(&arguments).unwrap_or_else(|e| raise(e));
-    } else {
-        let memory = aggregate_memory(fcinfo, "a quantile transition function");
-        let parameters = arguments.validate().unwrap_or_else(|e| raise(e));
-        PgMemoryContexts::For(memory).switch_to(|_| {
-            let mut quantiles = QuantileState::new(parameters, memory);
-            if let Alphas::Many(Some(array)) = arguments.alphas {
-                quantiles.alphas = Some(ArrayArgument::new(fcinfo, 1, array));
-            }
-            state.insert(quantiles);
-        });
-    }
-    let quantiles = state.get_mut::<QuantileState>().expect("the state was just made");
-    if let Some(value) = value.filter(|v| !v.is_nan()) {
-        let cell = quantiles.snapper.cell(value);
-        quantiles.histogram.add(cell);
-    }
-    state
-}
-
-/// What a final function samples from: the rows' histogram, or with no rows an empty one
-/// (a uniform draw from the grid).
-enum FinalHistogram<'a> {
-    Rows(&'a Histogram<ContextAllocator>),
-    NoRows(Histogram<ContextAllocator>),
-}
-
-impl std::ops::Deref for FinalHistogram<'_> {
-    type Target = Histogram<ContextAllocator>;
-
-    fn deref(&self) -> &Self::Target {
-        match self {
-            FinalHistogram::Rows(histogram) => histogram,
-            FinalHistogram::NoRows(histogram) => histogram,
+    /// NULL and NaN values are skipped; ±∞ clamp to the ends of the grid.
+    unsafe fn add_row(&mut self, row: &CallArguments) {
+        if let Some(value) = row.float(1).filter(|v| !v.is_nan()) {
+            let cell = self.snapper.cell(value);
+            self.histogram.add(cell);
         }
     }
-}
 
-/// What the final functions sample from, once the evaluation is charged to the session's
-/// privacy budget: the parameters and the histogram, or with no rows the parameters read
-/// from the call and an empty histogram. None when an argument depends on the rows: the
-/// answer is then NULL (nothing sampled, nothing charged).
-unsafe fn final_histogram<'a>(
-    fcinfo: pg_sys::FunctionCallInfo,
-    state: &'a Internal,
-    many: bool,
-) -> Option<(QuantileParameters, FinalHistogram<'a>)> {
-    let (parameters, histogram) = unrecorded_final_histogram(fcinfo, state, many)?;
-    let release = Release {
-        aggregate: if many { "dp_quantiles" } else { "dp_quantile" },
-        epsilon: parameters.epsilon,
-        epsilon_position: 4,
-        delta: 0.0,
-    };
-    charge(fcinfo, release);
-    Some((parameters, histogram))
-}
-
-unsafe fn unrecorded_final_histogram<'a>(
-    fcinfo: pg_sys::FunctionCallInfo,
-    state: &'a Internal,
-    many: bool,
-) -> Option<(QuantileParameters, FinalHistogram<'a>)> {
-    if let Some(quantiles) = state.get::<QuantileState>() {
-        return Some((quantiles.parameters.clone(), FinalHistogram::Rows(&quantiles.histogram)));
+    fn parameters(&self) -> &QuantileParameters {
+        &self.parameters
     }
-    let argument = |at: usize| aggregate_argument(fcinfo, at);
-    let alphas = if many {
-        match argument(1) {
-            Argument::Known(array) => Alphas::Many(array),
-            Argument::Unknown => return None,
-        }
-    } else {
-        Alphas::One(argument(1).float()?)
-    };
-    let arguments = QuantileArguments {
-        alphas,
-        lo: argument(2).float()?,
-        hi: argument(3).float()?,
-        epsilon: argument(4).float()?,
-    };
-    let parameters = arguments.validate().unwrap_or_else(|e| raise(e));
-    let empty = Histogram::new_in(parameters.grid.size, ContextAllocator(pg_sys::CurrentMemoryContext));
-    Some((parameters, FinalHistogram::NoRows(empty)))
-}
 
-/// The transition function of both quantile aggregates, called as
-/// (state, value, alpha or alphas, lo, hi, epsilon), with argument 2 already read.
-unsafe fn transition(fcinfo: pg_sys::FunctionCallInfo, call: &CallArguments, alphas: Alphas) -> pg_sys::Datum {
-    let arguments = QuantileArguments {
-        alphas,
-        lo: call.float(3),
-        hi: call.float(4),
-        epsilon: call.float(5),
-    };
-    let state = accumulate(fcinfo, Internal::from(call.datum(0)), call.float(1), arguments);
-    return_internal(fcinfo, state)
-}
+    fn privacy_cost(&self) -> (f64, f64) {
+        (self.parameters.epsilon, 0.0)
+    }
 
-crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
+    fn empty_like(other: &Self, memory: MemoryContext) -> Self {
+        QuantileState::new(other.parameters.clone(), memory)
+    }
 
-/// Transition function of dp_quantile: (state, value, alpha, lo, hi, epsilon).
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_quantile_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    let call = CallArguments::new(fcinfo);
-    transition(fcinfo, &call, Alphas::One(call.float(2)))
-}
+    fn merge(&mut self, other: &Self) {
+        self.histogram.merge(&other.histogram);
+    }
 
-crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
-
-/// Transition function of dp_quantiles: (state, value, alphas, lo, hi, epsilon).
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_quantiles_trans(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    let call = CallArguments::new(fcinfo);
-    transition(fcinfo, &call, Alphas::Many(call.datum(2)))
-}
-
-/// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).
-#[pg_extern(parallel_safe)]
-fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
-    let (parameters, histogram) = unsafe { final_histogram(fcinfo, &state, false) }?;
-    let grid = parameters.grid;
-    let point = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantile(&histogram, parameters.alphas[0], parameters.epsilon, rng)
-    });
-    Some(grid.point(point))
-}
-
-/// One answer per alpha at ε/m each, ordered like the alphas.
-#[pg_extern(parallel_safe)]
-fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
-    let (parameters, histogram) = unsafe { final_histogram(fcinfo, &state, true) }?;
-    let grid = parameters.grid;
-    let points = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantiles(&histogram, &parameters.alphas, parameters.epsilon, rng)
-    });
-    Some(points.into_iter().map(|j| grid.point(j)).collect())
-}
-
-#[pg_extern(parallel_safe)]
-fn dp_quantile_combine(first: Internal, second: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Internal {
-    let mut first = first;
-    unsafe {
-        let memory = aggregate_memory(fcinfo, "dp_quantile_combine");
-        let Some(other) = second.get::<QuantileState>() else {
-            return first;
+    fn to_bytes(&self) -> Vec<u8> {
+        let serialized = SerializedQuantiles {
+            parameters: self.parameters.clone(),
+            histogram: Bytes(self.histogram.to_bytes()),
         };
-        if let Some(quantiles) = first.get::<QuantileState>() {
-            if quantiles.parameters != other.parameters {
-                raise(Error::ParameterChanged {
-                    name: "the parameters",
-                    first: format!("{:?}", quantiles.parameters),
-                    now: format!("{:?}", other.parameters),
-                });
-            }
-        } else {
-            PgMemoryContexts::For(memory).switch_to(|_| {
-                first.insert(QuantileState::new(other.parameters.clone(), memory));
-            });
-        }
-        let quantiles = first.get_mut::<QuantileState>().expect("the state was just made");
-        quantiles.histogram.merge(&other.histogram);
+        serde_cbor::to_vec(&serialized).expect("the state serializes")
     }
-    first
+
+    fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {
+        let serialized: SerializedQuantiles =
+            serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
+        let mut quantiles = QuantileState::new(serialized.parameters, memory);
+        let grid_size = quantiles.parameters.grid.size;
+        // SAFETY: as in QuantileState::new.
+        let allocator = unsafe { ContextAllocator::new(memory) };
+        quantiles.histogram = Histogram::from_bytes(grid_size, &serialized.histogram.0, allocator);
+        quantiles
+    }
 }
 
 /// What dp_quantile_serialize writes: the parameters and the histogram's own encoding.
@@ -300,67 +219,87 @@ struct SerializedQuantiles {
     histogram: Bytes,
 }
 
+crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
+
+/// Transition function of dp_quantile.
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_quantile_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+    // SAFETY: PostgreSQL calls it as the transition function of dp_quantile.
+    unsafe { transition::<QuantileState>(fcinfo, &DP_QUANTILE) }
+}
+
+crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
+
+/// Transition function of dp_quantiles.
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn dp_quantiles_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+    // SAFETY: PostgreSQL calls it as the transition function of dp_quantiles.
+    unsafe { transition::<QuantileState>(fcinfo, &DP_QUANTILES) }
+}
+
+/// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).
+#[pg_extern(parallel_safe)]
+fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
+    let arity = DP_QUANTILE.forms[0].arity();
+    // SAFETY: PostgreSQL calls it as the final function of dp_quantile.
+    let quantiles = unsafe { final_state::<QuantileState>(fcinfo, &state, &DP_QUANTILE, arity) }?;
+    let parameters = &quantiles.parameters;
+    let point = rng::with_generator(guc::seeding(), |rng| {
+        sample_quantile(
+            &quantiles.histogram,
+            parameters.alphas[0],
+            parameters.epsilon,
+            rng,
+        )
+    });
+    Some(parameters.grid.point(point))
+}
+
+/// One answer per alpha at ε/m each, ordered like the alphas.
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
+    let arity = DP_QUANTILES.forms[0].arity();
+    // SAFETY: PostgreSQL calls it as the final function of dp_quantiles.
+    let quantiles = unsafe { final_state::<QuantileState>(fcinfo, &state, &DP_QUANTILES, arity) }?;
+    let parameters = &quantiles.parameters;
+    let points = rng::with_generator(guc::seeding(), |rng| {
+        sample_quantiles(
+            &quantiles.histogram,
+            &parameters.alphas,
+            parameters.epsilon,
+            rng,
+        )
+    });
+    Some(
+        points
+            .into_iter()
+            .map(|j| parameters.grid.point(j))
+            .collect(),
+    )
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_combine(
+    first: Internal,
+    second: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    // SAFETY: PostgreSQL calls it as the combine function of the quantile aggregates.
+    unsafe { aggregate::combine::<QuantileState>(fcinfo, first, second) }
+}
+
 #[pg_extern(parallel_safe, strict)]
 fn dp_quantile_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Vec<u8> {
-    unsafe { require_serializing(fcinfo, "dp_quantile_serialize (the serial function of a partial aggregation)") };
-    let quantiles = unsafe { state.get::<QuantileState>() }.expect("strict in its state");
-    let serialized = SerializedQuantiles {
-        parameters: quantiles.parameters.clone(),
-        histogram: Bytes(quantiles.histogram.to_bytes()),
-    };
-    serde_cbor::to_vec(&serialized).expect("the state serializes")
+    // SAFETY: PostgreSQL calls it as their serialize function (and it checks that).
+    unsafe { aggregate::serialize::<QuantileState>(fcinfo, state) }
 }
 
 #[pg_extern(parallel_safe, strict)]
 fn dp_quantile_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    let serialized: SerializedQuantiles =
-        serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
-    let memory = unsafe { pg_sys::CurrentMemoryContext };
-    let mut quantiles = QuantileState::new(serialized.parameters, memory);
-    let grid_size = quantiles.parameters.grid.size;
-    quantiles.histogram = Histogram::from_bytes(grid_size, &serialized.histogram.0, ContextAllocator(memory));
-    Internal::new(quantiles)
+    aggregate::deserialize::<QuantileState>(bytes)
 }
-
-extension_sql!(
-    r#"
--- Version-1 C functions of their own (see arguments.rs).
-CREATE FUNCTION dp_quantile_trans(state internal, value double precision, alpha double precision,
-                                  lo double precision, hi double precision, epsilon double precision)
-    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_trans' LANGUAGE C PARALLEL SAFE;
-CREATE FUNCTION dp_quantiles_trans(state internal, value double precision, alphas double precision[],
-                                   lo double precision, hi double precision, epsilon double precision)
-    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_trans' LANGUAGE C PARALLEL SAFE;
-CREATE AGGREGATE dp_quantile(value double precision, alpha double precision,
-                             lo double precision, hi double precision, epsilon double precision) (
-    SFUNC = dp_quantile_trans, STYPE = internal, SSPACE = 1024,
-    FINALFUNC = dp_quantile_final, FINALFUNC_MODIFY = READ_ONLY,
-    COMBINEFUNC = dp_quantile_combine,
-    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
-    PARALLEL = SAFE
-);
-CREATE AGGREGATE dp_quantiles(value double precision, alphas double precision[],
-                              lo double precision, hi double precision, epsilon double precision) (
-    SFUNC = dp_quantiles_trans, STYPE = internal, SSPACE = 1024,
-    FINALFUNC = dp_quantiles_final, FINALFUNC_MODIFY = READ_ONLY,
-    COMBINEFUNC = dp_quantile_combine,
-    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
-    PARALLEL = SAFE
-);
-COMMENT ON AGGREGATE dp_quantile(double precision, double precision, double precision, double precision, double precision) IS
-'Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted at their nearest grid point; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
-COMMENT ON AGGREGATE dp_quantiles(double precision, double precision[], double precision, double precision, double precision) IS
-'Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.';
-"#,
-    name = "quantile_aggregates",
-    requires = [
-        dp_quantile_final,
-        dp_quantiles_final,
-        dp_quantile_combine,
-        dp_quantile_serialize,
-        dp_quantile_deserialize
-    ],
-);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
@@ -369,7 +308,9 @@ mod tests {
         assert_parallel, column, counts_of, error_of, force_parallel_plans, frequencies, run, DRAWS,
     };
     use crate::mechanisms::quantile::{temperature, Grid};
-    use crate::testing::{assert_matches_distribution, normalise_log_weights, quantile_distribution};
+    use crate::testing::{
+        assert_matches_distribution, normalise_log_weights, quantile_distribution,
+    };
     use pgrx::prelude::*;
 
     /// On a coarse grid (lo 0, hi 20, K = 20), values on grid points and between them,
@@ -379,8 +320,26 @@ mod tests {
 
     /// The cells the values above count in: 2.4 → 2, 4.6 → 5, ∞ and 35 → 20, −∞ and −7 → 0.
     fn cells() -> Vec<u32> {
-        let grid = Grid { lo: 0.0, hi: 20.0, size: 20 };
-        let values = [2.0, 2.0, 2.4, 4.6, 5.0, 9.0, 13.0, 13.0, 20.0, f64::INFINITY, f64::NEG_INFINITY, -7.0, 35.0];
+        let grid = Grid {
+            lo: 0.0,
+            hi: 20.0,
+            size: 20,
+        };
+        let values = [
+            2.0,
+            2.0,
+            2.4,
+            4.6,
+            5.0,
+            9.0,
+            13.0,
+            13.0,
+            20.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -7.0,
+            35.0,
+        ];
         let cells: Vec<u32> = values.iter().map(|&v| grid.cell(v)).collect();
         assert_eq!(cells, [2, 2, 2, 5, 5, 9, 13, 13, 20, 20, 0, 0, 20]);
         cells
@@ -406,14 +365,26 @@ mod tests {
         assert_eq!(counts.iter().sum::<u64>(), DRAWS as u64);
         let t = temperature(alpha, epsilon);
         let exact = quantile_distribution(&cells(), 20, alpha, t, true);
-        assert_matches_distribution(&counts, &exact, &quantile_distribution(&cells(), 20, alpha, 2.0 * t, true));
-        assert_matches_distribution(&counts, &exact, &quantile_distribution(&cells(), 20, alpha, t, false));
+        assert_matches_distribution(
+            &counts,
+            &exact,
+            &quantile_distribution(&cells(), 20, alpha, 2.0 * t, true),
+        );
+        assert_matches_distribution(
+            &counts,
+            &exact,
+            &quantile_distribution(&cells(), 20, alpha, t, false),
+        );
     }
 
     #[pg_test]
     fn quantile_median_distribution() {
         grid_table();
-        check("SELECT dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_draws GROUP BY g", 0.5, 1.0);
+        check(
+            "SELECT dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_draws GROUP BY g",
+            0.5,
+            1.0,
+        );
     }
 
     #[pg_test]
@@ -448,7 +419,11 @@ mod tests {
 
     #[pg_test]
     fn quantile_empty_input_is_a_uniform_grid_point() {
-        run(&["SET pg_exp_mech.seed = 32", "SET pg_exp_mech.quantile_grid_size = 10", "CREATE TABLE nothing(v float8)"]);
+        run(&[
+            "SET pg_exp_mech.seed = 32",
+            "SET pg_exp_mech.quantile_grid_size = 10",
+            "CREATE TABLE nothing(v float8)",
+        ]);
         let names: Vec<String> = (0..=10).map(|j| (j * 10).to_string()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let counts = counts_of(
@@ -487,26 +462,86 @@ mod tests {
     fn quantile_invalid_parameters_raise_22023() {
         run(&["CREATE TABLE some_values AS SELECT i::float8 AS v FROM generate_series(1, 10) i"]);
         let cases = [
-            ("dp_quantile(v, NULL, 0, 1, 1)", "alpha must be between 0 and 1, got NULL"),
-            ("dp_quantile(v, -0.1, 0, 1, 1)", "alpha must be between 0 and 1, got -0.1"),
-            ("dp_quantile(v, 1.5, 0, 1, 1)", "alpha must be between 0 and 1, got 1.5"),
-            ("dp_quantile(v, 'NaN', 0, 1, 1)", "alpha must be between 0 and 1, got NaN"),
-            ("dp_quantile(v, 0.5, 1, 1, 1)", "hi must be greater than lo (1), got 1"),
-            ("dp_quantile(v, 0.5, 2, 1, 1)", "hi must be greater than lo (2), got 1"),
-            ("dp_quantile(v, 0.5, '-Infinity', 1, 1)", "lo must be finite, got -Infinity"),
-            ("dp_quantile(v, 0.5, NULL, 1, 1)", "lo must be finite, got NULL"),
-            ("dp_quantile(v, 0.5, 0, 'Infinity', 1)", "hi must be finite, got Infinity"),
-            ("dp_quantile(v, 0.5, 0, 'NaN', 1)", "hi must be finite, got NaN"),
-            ("dp_quantile(v, 0.5, -1e308, 1e308, 1)", "hi must be within the largest finite double of lo (-1e+308), got 1e+308"),
-            ("dp_quantile(v, 0.5, 0, 1, 0)", "epsilon must be finite and greater than 0, got 0"),
-            ("dp_quantile(v, 0.5, 0, 1, NULL)", "epsilon must be finite and greater than 0, got NULL"),
-            ("dp_quantile(v, 0.5, 0, 1, 'NaN')", "epsilon must be finite and greater than 0, got NaN"),
-            ("dp_quantile(v, 0.5, 0, 1, 'Infinity')", "epsilon must be finite and greater than 0, got Infinity"),
-            ("dp_quantiles(v, NULL, 0, 1, 1)", "alphas must be a non-empty array, got NULL"),
-            ("dp_quantiles(v, '{}', 0, 1, 1)", "alphas must be a non-empty array, got {}"),
-            ("dp_quantiles(v, '{0.5, NULL}', 0, 1, 1)", "alphas must be between 0 and 1, got NULL"),
-            ("dp_quantiles(v, '{0.5, 2}', 0, 1, 1)", "alphas must be between 0 and 1, got 2"),
-            ("dp_quantiles(v, '{0.5}', 3, 1, 1)", "hi must be greater than lo (3), got 1"),
+            (
+                "dp_quantile(v, NULL, 0, 1, 1)",
+                "alpha must be between 0 and 1, got NULL",
+            ),
+            (
+                "dp_quantile(v, -0.1, 0, 1, 1)",
+                "alpha must be between 0 and 1, got -0.1",
+            ),
+            (
+                "dp_quantile(v, 1.5, 0, 1, 1)",
+                "alpha must be between 0 and 1, got 1.5",
+            ),
+            (
+                "dp_quantile(v, 'NaN', 0, 1, 1)",
+                "alpha must be between 0 and 1, got NaN",
+            ),
+            (
+                "dp_quantile(v, 0.5, 1, 1, 1)",
+                "hi must be greater than lo (1), got 1",
+            ),
+            (
+                "dp_quantile(v, 0.5, 2, 1, 1)",
+                "hi must be greater than lo (2), got 1",
+            ),
+            (
+                "dp_quantile(v, 0.5, '-Infinity', 1, 1)",
+                "lo must be finite, got -Infinity",
+            ),
+            (
+                "dp_quantile(v, 0.5, NULL, 1, 1)",
+                "lo must be finite, got NULL",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 'Infinity', 1)",
+                "hi must be finite, got Infinity",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 'NaN', 1)",
+                "hi must be finite, got NaN",
+            ),
+            (
+                "dp_quantile(v, 0.5, -1e308, 1e308, 1)",
+                "hi must be within the largest finite double of lo (-1e+308), got 1e+308",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 1, 0)",
+                "epsilon must be finite and greater than 0, got 0",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 1, NULL)",
+                "epsilon must be finite and greater than 0, got NULL",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 1, 'NaN')",
+                "epsilon must be finite and greater than 0, got NaN",
+            ),
+            (
+                "dp_quantile(v, 0.5, 0, 1, 'Infinity')",
+                "epsilon must be finite and greater than 0, got Infinity",
+            ),
+            (
+                "dp_quantiles(v, NULL, 0, 1, 1)",
+                "alphas must be a non-empty array, got NULL",
+            ),
+            (
+                "dp_quantiles(v, '{}', 0, 1, 1)",
+                "alphas must be a non-empty array, got {}",
+            ),
+            (
+                "dp_quantiles(v, '{0.5, NULL}', 0, 1, 1)",
+                "alphas must be between 0 and 1, got NULL",
+            ),
+            (
+                "dp_quantiles(v, '{0.5, 2}', 0, 1, 1)",
+                "alphas must be between 0 and 1, got 2",
+            ),
+            (
+                "dp_quantiles(v, '{0.5}', 3, 1, 1)",
+                "hi must be greater than lo (3), got 1",
+            ),
         ];
         for (call, message) in cases {
             for filter in ["", "WHERE false"] {
@@ -526,7 +561,9 @@ mod tests {
         ];
         for (call, message) in changing {
             assert_eq!(
-                error_of(&format!("SELECT {call} FROM (SELECT v FROM some_values ORDER BY v) s")),
+                error_of(&format!(
+                    "SELECT {call} FROM (SELECT v FROM some_values ORDER BY v) s"
+                )),
                 format!("22023: {message}"),
                 "{call}"
             );
@@ -536,10 +573,25 @@ mod tests {
     /// Memory, as PostgreSQL accounts it (the histograms live in the aggregate's memory
     /// context): EXPLAIN ANALYZE of a hash aggregation reports its peak.
     fn hash_aggregate_memory_kb(query: &str) -> u64 {
-        let plan = column(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {query}")).join("\n");
-        assert!(plan.contains("HashAggregate") && plan.contains("Batches: 1 "), "{plan}");
-        let at = plan.find("Memory Usage: ").expect("hash aggregation reports its memory") + "Memory Usage: ".len();
-        plan[at..].split("kB").next().unwrap().trim().parse().unwrap()
+        let plan = column(&format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {query}"
+        ))
+        .join("\n");
+        assert!(
+            plan.contains("HashAggregate") && plan.contains("Batches: 1 "),
+            "{plan}"
+        );
+        let at = plan
+            .find("Memory Usage: ")
+            .expect("hash aggregation reports its memory")
+            + "Memory Usage: ".len();
+        plan[at..]
+            .split("kB")
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 
     /// One group of 10^6 values uses about K + 1 = 2^20 + 1 one-byte counters (1 MiB;
@@ -558,10 +610,17 @@ mod tests {
                FROM generate_series(1, 1000000) i",
             "ANALYZE million",
         ]);
-        let one_group = hash_aggregate_memory_kb("SELECT one, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY one");
+        let one_group = hash_aggregate_memory_kb(
+            "SELECT one, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY one",
+        );
         assert!(one_group <= 1536, "one group: {one_group} kB");
-        assert!(one_group >= 1024, "the dense histogram is accounted: {one_group} kB");
-        let many_groups = hash_aggregate_memory_kb("SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY g");
+        assert!(
+            one_group >= 1024,
+            "the dense histogram is accounted: {one_group} kB"
+        );
+        let many_groups = hash_aggregate_memory_kb(
+            "SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM million GROUP BY g",
+        );
         assert!(many_groups <= 25 * 1024, "10^4 groups: {many_groups} kB");
     }
 }

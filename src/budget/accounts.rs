@@ -1,0 +1,408 @@
+//! Every role's account in one fixed-size table, and the rules that refuse a charge or a
+//! limit: the one place they are written.
+//!
+//! The table is plain data (`#[repr(C)]`, `Copy`, no pointers), so that the SQL layer can
+//! keep it in shared memory under one lock: a check and the charge that follows it are
+//! one step for every session.
+
+use super::file::LEDGER_PATH;
+use super::ledger::{charge_units, epsilon_of, Account, Charge, Limit, Record};
+use crate::error::Error;
+
+/// One role's account.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct Slot {
+    role: u32,
+    has_limit: bool,
+    limit: u64,
+    spent: u64,
+}
+
+impl Slot {
+    fn account(&self) -> Account {
+        Account {
+            limit: self.has_limit.then_some(self.limit),
+            spent: self.spent,
+        }
+    }
+
+    fn store(&mut self, account: Account) {
+        self.has_limit = account.limit.is_some();
+        self.limit = account.limit.unwrap_or(0);
+        self.spent = account.spent;
+    }
+}
+
+/// Why a charge or a limit was refused. [`Refusal::error`] names the role only after the
+/// table's lock is released (naming it is a catalog lookup).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The ledger could not be read at start-up: nothing is charged from a made-up zero.
+    Unreadable,
+    /// A role that is not in the table yet and no slot is left for it.
+    Full { capacity: usize },
+    /// pg_exp_mech.require_budget is on and the role has no limit.
+    NoBudget,
+    /// The charge would take the role past its limit.
+    Exceeded {
+        aggregate: String,
+        epsilon: f64,
+        remaining: u64,
+        limit: u64,
+    },
+    /// The ledger line could not be written.
+    Write { reason: String },
+}
+
+impl Refusal {
+    pub fn error(self, role_name: impl FnOnce() -> String) -> Error {
+        match self {
+            Refusal::Unreadable => Error::BudgetsUnavailable {
+                reason: format!(
+                    "the privacy ledger {LEDGER_PATH} could not be read at start-up (see the server log)"
+                ),
+            },
+            Refusal::Full { capacity } => Error::TooManyRoles { capacity },
+            Refusal::NoBudget => Error::NoBudget { role: role_name() },
+            Refusal::Exceeded {
+                aggregate,
+                epsilon,
+                remaining,
+                limit,
+            } => Error::BudgetExceeded {
+                role: role_name(),
+                aggregate,
+                epsilon,
+                remaining: epsilon_of(remaining),
+                limit: epsilon_of(limit),
+            },
+            Refusal::Write { reason } => Error::LedgerWrite { reason },
+        }
+    }
+}
+
+/// Every role's account, at most `CAPACITY` roles.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct Accounts<const CAPACITY: usize> {
+    unreadable: bool,
+    count: u32,
+    slots: [Slot; CAPACITY],
+}
+
+impl<const CAPACITY: usize> Default for Accounts<CAPACITY> {
+    fn default() -> Self {
+        Self {
+            unreadable: false,
+            count: 0,
+            slots: [Slot::default(); CAPACITY],
+        }
+    }
+}
+
+impl<const CAPACITY: usize> Accounts<CAPACITY> {
+    /// Fills the table from a replay of the ledger; a ledger naming more roles than the
+    /// table holds leaves it unreadable (every charge refused).
+    pub fn load(
+        &mut self,
+        accounts: impl ExactSizeIterator<Item = (u32, Account)>,
+    ) -> Result<(), Refusal> {
+        if accounts.len() > CAPACITY {
+            self.unreadable = true;
+            return Err(Refusal::Full { capacity: CAPACITY });
+        }
+        for (role, account) in accounts {
+            self.slot(role)?.store(account);
+        }
+        Ok(())
+    }
+
+    /// Refuses every charge and limit from now on (the ledger could not be read).
+    pub fn mark_unreadable(&mut self) {
+        self.unreadable = true;
+    }
+
+    pub fn is_unreadable(&self) -> bool {
+        self.unreadable
+    }
+
+    /// The account of `role`, if it has one.
+    pub fn get(&self, role: u32) -> Option<Account> {
+        self.used()
+            .iter()
+            .find(|slot| slot.role == role)
+            .map(Slot::account)
+    }
+
+    /// Every account, by role, in the order the roles first appeared.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, Account)> + '_ {
+        self.used().iter().map(|slot| (slot.role, slot.account()))
+    }
+
+    /// Charges `charge` to its role, unless a rule refuses it. `must_have_budget`: the
+    /// role is refused without a limit (pg_exp_mech.require_budget). `write` puts the
+    /// charge on the ledger first, durably when `true` is passed (the role has a limit):
+    /// whatever a client may see is on disk. Nothing changes when anything fails, and a
+    /// refused role takes no slot.
+    pub fn charge(
+        &mut self,
+        charge: &Charge,
+        must_have_budget: bool,
+        write: impl FnOnce(bool) -> Result<(), String>,
+    ) -> Result<(), Refusal> {
+        if self.unreadable {
+            return Err(Refusal::Unreadable);
+        }
+        let mut account = self.get(charge.role).unwrap_or_default();
+        if account.limit.is_none() && must_have_budget {
+            return Err(Refusal::NoBudget);
+        }
+        if !account.allows(charge_units(charge.epsilon)) {
+            return Err(Refusal::Exceeded {
+                aggregate: charge.aggregate.clone(),
+                epsilon: charge.epsilon,
+                remaining: account.remaining().unwrap_or(0),
+                limit: account.limit.unwrap_or(0),
+            });
+        }
+        let slot = self.slot(charge.role)?;
+        write(account.limit.is_some()).map_err(|reason| Refusal::Write { reason })?;
+        account.apply(&Record::Charge(charge.clone()));
+        slot.store(account);
+        Ok(())
+    }
+
+    /// Sets (or removes) a role's limit, keeping what it spent; `write` puts the change
+    /// on the ledger (always durably) before the table changes.
+    pub fn set_limit(
+        &mut self,
+        limit: &Limit,
+        write: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), Refusal> {
+        if self.unreadable {
+            return Err(Refusal::Unreadable);
+        }
+        let slot = self.slot(limit.role)?;
+        write().map_err(|reason| Refusal::Write { reason })?;
+        let mut account = slot.account();
+        account.apply(&Record::Limit(limit.clone()));
+        slot.store(account);
+        Ok(())
+    }
+
+    fn used(&self) -> &[Slot] {
+        &self.slots[..self.count as usize]
+    }
+
+    /// The slot of `role`, taken now if it has none.
+    fn slot(&mut self, role: u32) -> Result<&mut Slot, Refusal> {
+        let count = self.count as usize;
+        if let Some(at) = self.used().iter().position(|slot| slot.role == role) {
+            return Ok(&mut self.slots[at]);
+        }
+        if count == CAPACITY {
+            return Err(Refusal::Full { capacity: CAPACITY });
+        }
+        self.count += 1;
+        self.slots[count] = Slot {
+            role,
+            ..Slot::default()
+        };
+        Ok(&mut self.slots[count])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::ledger::limit_units;
+
+    fn charge(role: u32, epsilon: f64) -> Charge {
+        Charge {
+            time: 1,
+            role,
+            epsilon,
+            delta: 0.0,
+            aggregate: "dp_quantile".into(),
+            statement: 7,
+        }
+    }
+
+    fn limit(role: u32, limit: Option<f64>) -> Limit {
+        Limit {
+            time: 0,
+            role,
+            limit,
+        }
+    }
+
+    /// A `write` that succeeds and records whether it was asked to be durable.
+    fn written(log: &mut Vec<bool>) -> impl FnOnce(bool) -> Result<(), String> + '_ {
+        |durable| {
+            log.push(durable);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn charges_within_the_limit_are_written_durably_then_applied() {
+        let mut accounts = Accounts::<4>::default();
+        let mut log = Vec::new();
+        accounts
+            .set_limit(&limit(10, Some(1.0)), || Ok(()))
+            .unwrap();
+        accounts
+            .charge(&charge(10, 0.25), false, written(&mut log))
+            .unwrap();
+        accounts
+            .charge(&charge(11, 5.0), false, written(&mut log))
+            .unwrap();
+        assert_eq!(log, [true, false], "durable only where a limit is at stake");
+        assert_eq!(
+            accounts.get(10).unwrap().remaining(),
+            Some(limit_units(0.75))
+        );
+        assert_eq!(accounts.get(11).unwrap().limit, None);
+        assert_eq!(
+            accounts.iter().map(|(role, _)| role).collect::<Vec<_>>(),
+            [10, 11]
+        );
+    }
+
+    #[test]
+    fn a_charge_past_the_limit_is_refused_and_not_written() {
+        let mut accounts = Accounts::<4>::default();
+        accounts
+            .set_limit(&limit(10, Some(0.6)), || Ok(()))
+            .unwrap();
+        let mut log = Vec::new();
+        for _ in 0..2 {
+            accounts
+                .charge(&charge(10, 0.25), false, written(&mut log))
+                .unwrap();
+        }
+        let refusal = accounts
+            .charge(&charge(10, 0.25), false, written(&mut log))
+            .unwrap_err();
+        assert_eq!(log.len(), 2, "the refused charge was not written");
+        assert_eq!(
+            refusal.clone().error(|| "analyst".into()).to_string(),
+            "privacy budget of role \"analyst\" exceeded: dp_quantile needs epsilon 0.25, 0.1 of 0.6 remain"
+        );
+        assert_eq!(refusal.error(String::new).sqlstate(), "53400");
+        assert_eq!(accounts.get(10).unwrap().spent, 2 * charge_units(0.25));
+    }
+
+    #[test]
+    fn require_budget_refuses_a_role_without_a_limit_and_spends_no_slot() {
+        let mut accounts = Accounts::<1>::default();
+        let refusal = accounts
+            .charge(&charge(10, 0.1), true, |_| panic!("not written"))
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::NoBudget);
+        assert_eq!(
+            refusal.error(|| "newcomer".into()).to_string(),
+            "role \"newcomer\" has no privacy budget, and pg_exp_mech.require_budget is on"
+        );
+        assert_eq!(accounts.iter().count(), 0, "no slot taken");
+        // With a limit the same role is charged.
+        accounts
+            .set_limit(&limit(10, Some(1.0)), || Ok(()))
+            .unwrap();
+        accounts.charge(&charge(10, 0.1), true, |_| Ok(())).unwrap();
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_roles_only() {
+        let mut accounts = Accounts::<2>::default();
+        accounts.charge(&charge(1, 0.1), false, |_| Ok(())).unwrap();
+        accounts.set_limit(&limit(2, Some(1.0)), || Ok(())).unwrap();
+        let full = Refusal::Full { capacity: 2 };
+        assert_eq!(
+            accounts.charge(&charge(3, 0.1), false, |_| panic!("not written")),
+            Err(full.clone())
+        );
+        assert_eq!(
+            accounts.set_limit(&limit(3, Some(1.0)), || panic!("not written")),
+            Err(full.clone())
+        );
+        assert_eq!(
+            full.error(String::new).to_string(),
+            "the privacy ledger tracks at most 2 roles, and all are in use"
+        );
+        accounts.charge(&charge(1, 0.1), false, |_| Ok(())).unwrap();
+        accounts.charge(&charge(2, 0.1), false, |_| Ok(())).unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_ledger_refuses_everything() {
+        let mut accounts = Accounts::<4>::default();
+        accounts.mark_unreadable();
+        assert!(accounts.is_unreadable());
+        let refusal = accounts
+            .charge(&charge(1, 0.1), false, |_| panic!("not written"))
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::Unreadable);
+        assert_eq!(
+            accounts.set_limit(&limit(1, None), || panic!("not written")),
+            Err(Refusal::Unreadable)
+        );
+        let error = refusal.error(String::new);
+        assert_eq!(error.sqlstate(), "55000");
+        assert_eq!(
+            error.to_string(),
+            "privacy budgets cannot be enforced: the privacy ledger pg_exp_mech/ledger could not be read at start-up (see the server log)"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing() {
+        let mut accounts = Accounts::<4>::default();
+        accounts.set_limit(&limit(1, Some(1.0)), || Ok(())).unwrap();
+        let refusal = accounts
+            .charge(&charge(1, 0.5), false, |_| Err("disk full".into()))
+            .unwrap_err();
+        assert_eq!(
+            refusal.clone().error(String::new).to_string(),
+            "could not write the privacy ledger: disk full"
+        );
+        assert_eq!(accounts.get(1).unwrap().spent, 0);
+        assert!(accounts
+            .set_limit(&limit(1, None), || Err("disk full".into()))
+            .is_err());
+        assert_eq!(accounts.get(1).unwrap().limit, Some(limit_units(1.0)));
+    }
+
+    #[test]
+    fn load_refuses_a_ledger_with_more_roles_than_slots() {
+        let mut accounts = Accounts::<2>::default();
+        let three = (1..=3)
+            .map(|role| (role, Account::default()))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            accounts.load(three.into_iter()),
+            Err(Refusal::Full { capacity: 2 })
+        );
+        assert!(accounts.is_unreadable());
+        let mut accounts = Accounts::<2>::default();
+        let two = [
+            (
+                5,
+                Account {
+                    limit: Some(3),
+                    spent: 2,
+                },
+            ),
+            (6, Account::default()),
+        ];
+        accounts.load(two.into_iter()).unwrap();
+        assert_eq!(
+            accounts.get(5),
+            Some(Account {
+                limit: Some(3),
+                spent: 2
+            })
+        );
+    }
+}

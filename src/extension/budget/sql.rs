@@ -1,0 +1,250 @@
+//! The SQL API of budgets: dp_budget_set, dp_budget_remaining, and the views dp_budget
+//! and dp_ledger.
+
+use super::charge::{now, role_name, session_role};
+use super::shared::{preloaded, ACCOUNTS, LEDGER};
+use crate::budget::file::{LedgerFile, LEDGER_PATH};
+use crate::budget::ledger::{epsilon_of, Charge, Limit, Record};
+use crate::error::Error;
+use crate::extension::{raise, OrRaise};
+use pgrx::callconv::{Arg, ArgAbi};
+use pgrx::pg_sys::{self, Oid};
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+use pgrx::prelude::*;
+use pgrx::FromDatum;
+
+fn require_preloaded() {
+    if !preloaded() {
+        raise(Error::BudgetsUnavailable {
+            reason: "pg_exp_mech is not in shared_preload_libraries".into(),
+        });
+    }
+}
+
+/// A role, as the SQL type regrole.
+pub struct RegRole(pub Oid);
+
+impl FromDatum for RegRole {
+    /// A regrole datum is an oid, passed by value: no pointer is read.
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: Oid) -> Option<Self> {
+        (!is_null).then(|| RegRole(Oid::from(datum.value() as u32)))
+    }
+}
+
+// SAFETY: RegRole is read with FromDatum above, which matches the SQL type regrole
+// declared below; pgrx unboxes it only for non-NULL arguments (Option<RegRole> otherwise).
+unsafe impl<'fcx> ArgAbi<'fcx> for RegRole {
+    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+        // SAFETY: pgrx calls this for a non-NULL argument of the declared type.
+        unsafe {
+            arg.unbox_arg_using_from_datum()
+                .expect("a non-NULL regrole")
+        }
+    }
+}
+
+// SAFETY: the SQL type named here (regrole) is the one FromDatum reads: an oid by value.
+unsafe impl SqlTranslatable for RegRole {
+    const TYPE_IDENT: &'static str = concat!(module_path!(), "::RegRole");
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+        Ok(SqlMappingRef::literal("regrole"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("regrole")));
+}
+
+/// Sets a role's ε limit (NULL: no limit); what it has spent is kept. Takes effect at
+/// once, for every session, and is not undone by ROLLBACK.
+#[pg_extern(volatile, parallel_unsafe)]
+fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>) {
+    // EXECUTE is revoked from PUBLIC: PostgreSQL has checked the caller's privilege.
+    require_preloaded();
+    let Some(RegRole(role)) = role else {
+        raise(Error::InvalidParameter {
+            name: "role",
+            value: "NULL".into(),
+            requirement: "a role".into(),
+        });
+    };
+    let limit = match epsilon {
+        None => None,
+        Some(e) if e.is_finite() && e >= 0.0 => Some(e),
+        _ => raise(Error::invalid(
+            "epsilon",
+            epsilon,
+            "finite and at least 0 (NULL removes the limit)",
+        )),
+    };
+    let limit = Limit {
+        time: now(),
+        role: role.to_u32(),
+        limit,
+    };
+    let line = Record::Limit(limit.clone()).line();
+    let outcome = ACCOUNTS.exclusive().accounts.set_limit(&limit, || {
+        LEDGER.with(|file| file.borrow_mut().append(&line, true))
+    });
+    outcome
+        .map_err(|refusal| refusal.error(|| role_name(limit.role)))
+        .or_raise();
+}
+
+/// ε left to the session's login role; NULL when it has no limit.
+#[pg_extern(volatile, parallel_safe)]
+fn dp_budget_remaining() -> Option<f64> {
+    if !preloaded() {
+        return None;
+    }
+    let remaining = ACCOUNTS.share().accounts.get(session_role())?.remaining()?;
+    Some(epsilon_of(remaining))
+}
+
+/// Whether the current role is a budget administrator: a role that may execute
+/// dp_budget_set (superusers, and roles granted EXECUTE). Fully qualified, so that no
+/// search_path can substitute another function.
+fn is_budget_administrator() -> bool {
+    Spi::get_one::<bool>(
+        "SELECT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
+           FROM pg_catalog.pg_proc p
+           JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
+          WHERE e.extname = 'pg_exp_mech' AND p.proname = 'dp_budget_set'",
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
+/// The rows of the dp_budget view: every role for a budget administrator, the session's
+/// login role for anyone else.
+#[pg_extern(volatile, parallel_safe)]
+fn dp_budget_accounts() -> TableIterator<
+    'static,
+    (
+        name!(role, Oid),
+        name!(epsilon_limit, Option<f64>),
+        name!(epsilon_spent, f64),
+        name!(epsilon_remaining, Option<f64>),
+    ),
+> {
+    if !preloaded() {
+        return TableIterator::new(Vec::new());
+    }
+    let everyone = is_budget_administrator();
+    let own = session_role();
+    let shared = ACCOUNTS.share();
+    let rows: Vec<_> = shared
+        .accounts
+        .iter()
+        .filter(|&(role, _)| everyone || role == own)
+        .map(|(role, account)| {
+            (
+                Oid::from(role),
+                account.limit.map(epsilon_of),
+                epsilon_of(account.spent),
+                account.remaining().map(epsilon_of),
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+/// The rows of the dp_ledger view: budget administrators only.
+#[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
+fn dp_ledger_entries() -> TableIterator<
+    'static,
+    (
+        name!(at, TimestampWithTimeZone),
+        name!(role, Oid),
+        name!(kind, String),
+        name!(epsilon, Option<f64>),
+        name!(delta, Option<f64>),
+        name!(aggregate, Option<String>),
+        name!(statement, Option<String>),
+    ),
+> {
+    if !is_budget_administrator() {
+        raise(Error::NotBudgetAdministrator {
+            // SAFETY: a backend running a query always has a current user.
+            role: role_name(unsafe { pg_sys::GetUserId() }.to_u32()),
+        });
+    }
+    // The reader of start-up replay: a malformed line is an error here too, never
+    // silently left out of what a DBA audits.
+    let contents = LedgerFile::new(LEDGER_PATH)
+        .read()
+        .map_err(|reason| Error::LedgerRead { reason })
+        .or_raise();
+    let at =
+        |time: i64| TimestampWithTimeZone::try_from(time).expect("a timestamp the ledger wrote");
+    let rows: Vec<_> = contents
+        .records
+        .into_iter()
+        .map(|record| match record {
+            Record::Limit(Limit { time, role, limit }) => (
+                at(time),
+                Oid::from(role),
+                "limit".into(),
+                limit,
+                None,
+                None,
+                None,
+            ),
+            Record::Charge(Charge {
+                time,
+                role,
+                epsilon,
+                delta,
+                aggregate,
+                statement,
+            }) => (
+                at(time),
+                Oid::from(role),
+                "charge".into(),
+                Some(epsilon),
+                Some(delta),
+                Some(aggregate),
+                Some(format!("{statement:016x}")),
+            ),
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+extension_sql!(
+    r#"
+REVOKE EXECUTE ON FUNCTION dp_budget_set(regrole, double precision) FROM PUBLIC;
+
+CREATE VIEW dp_budget AS
+SELECT role::regrole AS role, epsilon_limit, epsilon_spent, epsilon_remaining
+  FROM dp_budget_accounts();
+GRANT SELECT ON dp_budget TO PUBLIC;
+
+CREATE VIEW dp_ledger AS
+SELECT at, role::regrole AS role, kind, epsilon, delta, aggregate, statement
+  FROM dp_ledger_entries();
+GRANT SELECT ON dp_ledger TO PUBLIC;
+
+COMMENT ON FUNCTION dp_budget_set(regrole, double precision) IS
+'Sets the total epsilon a role may spend on differentially private aggregates (NULL: no limit); what it has spent is kept. Takes effect at once and is not undone by ROLLBACK. Not executable by PUBLIC: superusers, and roles granted EXECUTE (budget administrators). Needs pg_exp_mech in shared_preload_libraries.';
+COMMENT ON FUNCTION dp_budget_remaining() IS
+'Epsilon left to the session''s login role; NULL when it has no limit.';
+COMMENT ON FUNCTION dp_budget_accounts() IS
+'Rows of the view dp_budget: every role for a budget administrator, the session''s login role for anyone else.';
+COMMENT ON FUNCTION dp_ledger_entries() IS
+'Rows of the view dp_ledger, for budget administrators only.';
+COMMENT ON VIEW dp_budget IS
+'Privacy budgets: limit, spent and remaining epsilon per role (a role that is not a budget administrator sees its own row).';
+COMMENT ON VIEW dp_ledger IS
+'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement). Budget administrators only.';
+"#,
+    name = "budget_objects",
+    requires = [
+        dp_budget_set,
+        dp_budget_remaining,
+        dp_budget_accounts,
+        dp_ledger_entries
+    ],
+);

@@ -1,0 +1,400 @@
+//! One description of each aggregate form, and everything that follows from it: the SQL
+//! that creates the aggregates and their transition and final functions
+//! (`aggregates.sql`, generated from here and checked by a test), and where the
+//! transition and final functions find each parameter.
+//!
+//! Plain Rust: no database types.
+
+#[cfg(test)]
+use std::fmt::Write;
+
+/// A parameter of an aggregate: an argument the analyst writes, the same on every row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parameter {
+    K,
+    Epsilon,
+    Delta,
+    MaxScore,
+    Candidates,
+    KBar,
+    Alpha,
+    Alphas,
+    Lo,
+    Hi,
+}
+
+// Names, SQL types and comments are read when aggregates.sql is generated, by a test.
+#[cfg_attr(not(test), allow(dead_code))]
+impl Parameter {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Parameter::K => "k",
+            Parameter::Epsilon => "epsilon",
+            Parameter::Delta => "delta",
+            Parameter::MaxScore => "max_score",
+            Parameter::Candidates => "candidates",
+            Parameter::KBar => "k_bar",
+            Parameter::Alpha => "alpha",
+            Parameter::Alphas => "alphas",
+            Parameter::Lo => "lo",
+            Parameter::Hi => "hi",
+        }
+    }
+
+    pub const fn sql_type(self) -> &'static str {
+        match self {
+            Parameter::K | Parameter::KBar => "integer",
+            Parameter::Candidates => "anyarray",
+            Parameter::Alphas => "double precision[]",
+            _ => "double precision",
+        }
+    }
+}
+
+/// The two kinds of aggregate state, each with its own row arguments and support
+/// functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Per-item scores (dp_argmax, dp_top_k, dp_top_k_unknown_domain): rows give an item
+    /// and a score.
+    Selection,
+    /// A histogram on the public grid (dp_quantile, dp_quantiles): rows give a value.
+    Quantile,
+}
+
+impl Family {
+    /// The arguments each row gives, before the parameters: (name, SQL type).
+    pub const fn row_arguments(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Family::Selection => &[("item", "anyelement"), ("score", "double precision")],
+            Family::Quantile => &[("value", "double precision")],
+        }
+    }
+}
+
+/// Where each parameter stands among a form's arguments (0-based, as written in the
+/// call); None where the form does not have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Positions {
+    pub k: Option<usize>,
+    pub epsilon: usize,
+    pub delta: Option<usize>,
+    pub max_score: Option<usize>,
+    pub candidates: Option<usize>,
+    pub k_bar: Option<usize>,
+    /// alpha or alphas.
+    pub alpha: Option<usize>,
+    pub lo: Option<usize>,
+    pub hi: Option<usize>,
+}
+
+/// One form of an aggregate: its parameters in order, and what `\df+` shows of it.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct Form {
+    pub family: Family,
+    pub parameters: &'static [Parameter],
+    pub positions: Positions,
+    pub comment: &'static str,
+}
+
+impl Form {
+    const fn new(family: Family, parameters: &'static [Parameter], comment: &'static str) -> Self {
+        let first = family.row_arguments().len();
+        let mut positions = Positions {
+            k: None,
+            epsilon: usize::MAX,
+            delta: None,
+            max_score: None,
+            candidates: None,
+            k_bar: None,
+            alpha: None,
+            lo: None,
+            hi: None,
+        };
+        let mut i = 0;
+        while i < parameters.len() {
+            let at = Some(first + i);
+            match parameters[i] {
+                Parameter::K => positions.k = at,
+                Parameter::Epsilon => positions.epsilon = first + i,
+                Parameter::Delta => positions.delta = at,
+                Parameter::MaxScore => positions.max_score = at,
+                Parameter::Candidates => positions.candidates = at,
+                Parameter::KBar => positions.k_bar = at,
+                Parameter::Alpha | Parameter::Alphas => positions.alpha = at,
+                Parameter::Lo => positions.lo = at,
+                Parameter::Hi => positions.hi = at,
+            }
+            i += 1;
+        }
+        assert!(positions.epsilon != usize::MAX, "every form has epsilon");
+        Form {
+            family,
+            parameters,
+            positions,
+            comment,
+        }
+    }
+
+    /// How many arguments the aggregate takes in this form.
+    pub const fn arity(&self) -> usize {
+        self.family.row_arguments().len() + self.parameters.len()
+    }
+
+    /// "item anyelement, score double precision, epsilon double precision".
+    #[cfg(test)]
+    fn sql_arguments(&self) -> String {
+        self.arguments()
+            .map(|(name, sql_type)| format!("{name} {sql_type}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// "anyelement, double precision, double precision".
+    #[cfg(test)]
+    fn sql_types(&self) -> String {
+        self.arguments()
+            .map(|(_, sql_type)| sql_type)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    #[cfg(test)]
+    fn arguments(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        let parameters = self.parameters.iter().map(|p| (p.name(), p.sql_type()));
+        self.family
+            .row_arguments()
+            .iter()
+            .copied()
+            .chain(parameters)
+    }
+}
+
+/// An aggregate and its forms.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct Aggregate {
+    pub name: &'static str,
+    pub family: Family,
+    /// The SQL type of the answer.
+    pub returns: &'static str,
+    pub forms: &'static [Form],
+}
+
+impl Aggregate {
+    /// The form called with `arity` arguments. PostgreSQL calls the support functions
+    /// only through the aggregates `aggregates.sql` creates, one per form.
+    pub fn form(&self, arity: usize) -> &'static Form {
+        self.forms
+            .iter()
+            .find(|form| form.arity() == arity)
+            .unwrap_or_else(|| panic!("{} has no form of {arity} arguments", self.name))
+    }
+}
+
+use Parameter::*;
+
+const ARGMAX: Form = Form::new(
+    Family::Selection,
+    &[Epsilon],
+    "Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.",
+);
+const ARGMAX_SCORED: Form = Form::new(
+    Family::Selection,
+    &[Epsilon, MaxScore],
+    "Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.",
+);
+const ARGMAX_CANDIDATES: Form = Form::new(
+    Family::Selection,
+    &[Epsilon, MaxScore, Candidates],
+    "Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list.",
+);
+const TOP_K: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon],
+    "Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.",
+);
+const TOP_K_SCORED: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon, MaxScore],
+    "Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.",
+);
+const TOP_K_CANDIDATES: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon, MaxScore, Candidates],
+    "Differentially private top k over a public list of candidates (listed items without rows score 0, other items are ignored). The whole list is epsilon-DP for one row added or removed, also when the items are private. With no row: k candidates in uniformly random order. NULL for an empty list.",
+);
+const UNKNOWN_DOMAIN: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon, Delta],
+    "(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta.",
+);
+const UNKNOWN_DOMAIN_SCORED: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon, Delta, MaxScore],
+    "(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k).",
+);
+const UNKNOWN_DOMAIN_K_BAR: Form = Form::new(
+    Family::Selection,
+    &[K, Epsilon, Delta, MaxScore, KBar],
+    "(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019).",
+);
+const QUANTILE: Form = Form::new(
+    Family::Quantile,
+    &[Alpha, Lo, Hi, Epsilon],
+    "Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted at their nearest grid point; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.",
+);
+const QUANTILES: Form = Form::new(
+    Family::Quantile,
+    &[Alphas, Lo, Hi, Epsilon],
+    "Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.",
+);
+
+pub const DP_ARGMAX: Aggregate = Aggregate {
+    name: "dp_argmax",
+    family: Family::Selection,
+    returns: "anyelement",
+    forms: &[ARGMAX, ARGMAX_SCORED, ARGMAX_CANDIDATES],
+};
+pub const DP_TOP_K: Aggregate = Aggregate {
+    name: "dp_top_k",
+    family: Family::Selection,
+    returns: "anyarray",
+    forms: &[TOP_K, TOP_K_SCORED, TOP_K_CANDIDATES],
+};
+pub const DP_TOP_K_UNKNOWN_DOMAIN: Aggregate = Aggregate {
+    name: "dp_top_k_unknown_domain",
+    family: Family::Selection,
+    returns: "anyarray",
+    forms: &[UNKNOWN_DOMAIN, UNKNOWN_DOMAIN_SCORED, UNKNOWN_DOMAIN_K_BAR],
+};
+pub const DP_QUANTILE: Aggregate = Aggregate {
+    name: "dp_quantile",
+    family: Family::Quantile,
+    returns: "double precision",
+    forms: &[QUANTILE],
+};
+pub const DP_QUANTILES: Aggregate = Aggregate {
+    name: "dp_quantiles",
+    family: Family::Quantile,
+    returns: "double precision[]",
+    forms: &[QUANTILES],
+};
+
+/// Every aggregate of the extension.
+#[cfg(test)]
+pub const AGGREGATES: &[Aggregate] = &[
+    DP_ARGMAX,
+    DP_TOP_K,
+    DP_TOP_K_UNKNOWN_DOMAIN,
+    DP_QUANTILE,
+    DP_QUANTILES,
+];
+
+/// The text of `aggregates.sql`.
+#[cfg(test)]
+pub fn sql() -> String {
+    let mut sql = String::from(
+        "-- Generated from src/extension/forms.rs by its test `aggregates_sql_is_generated_from_the_forms`\n\
+         -- (PG_EXP_MECH_WRITE_SQL=1 cargo pgrx test pg15 aggregates_sql rewrites it). Do not edit by hand.\n\
+         --\n\
+         -- Transition and selection final functions are version-1 C functions, one symbol per\n\
+         -- aggregate for all its forms (see arguments.rs). The selection final functions take\n\
+         -- the aggregate's arguments too (FINALFUNC_EXTRA), so that they can return the\n\
+         -- polymorphic item type. CREATE AGGREGATE records an aggregate as IMMUTABLE: mod.rs\n\
+         -- marks them VOLATILE afterwards (two calls are two draws and two charges).\n",
+    );
+    for aggregate in AGGREGATES {
+        for form in aggregate.forms {
+            let name = aggregate.name;
+            let arguments = form.sql_arguments();
+            let _ = write!(
+                sql,
+                "\nCREATE FUNCTION {name}_trans(state internal, {arguments})\n    \
+                 RETURNS internal AS 'MODULE_PATHNAME', '{name}_trans' LANGUAGE C PARALLEL SAFE;\n"
+            );
+            let (state, final_function) = match aggregate.family {
+                Family::Selection => {
+                    let returns = aggregate.returns;
+                    let _ = write!(
+                        sql,
+                        "CREATE FUNCTION {name}_final(state internal, {arguments})\n    \
+                         RETURNS {returns} AS 'MODULE_PATHNAME', '{name}_final' LANGUAGE C PARALLEL SAFE;\n"
+                    );
+                    ("dp_item_scores", format!("{name}_final, FINALFUNC_EXTRA"))
+                }
+                Family::Quantile => ("dp_quantile", format!("{name}_final")),
+            };
+            let space = match aggregate.family {
+                Family::Selection => 4096,
+                Family::Quantile => 1024,
+            };
+            let _ = write!(
+                sql,
+                "CREATE AGGREGATE {name}({arguments}) (\n    \
+                 SFUNC = {name}_trans, STYPE = internal, SSPACE = {space},\n    \
+                 FINALFUNC = {final_function}, FINALFUNC_MODIFY = READ_ONLY,\n    \
+                 COMBINEFUNC = {state}_combine,\n    \
+                 SERIALFUNC = {state}_serialize, DESERIALFUNC = {state}_deserialize,\n    \
+                 PARALLEL = SAFE);\n\
+                 COMMENT ON AGGREGATE {name}({types}) IS\n'{comment}';\n",
+                types = form.sql_types(),
+                comment = form.comment.replace('\'', "''"),
+            );
+        }
+    }
+    sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregates_sql_is_generated_from_the_forms() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/extension/aggregates.sql");
+        if std::env::var_os("PG_EXP_MECH_WRITE_SQL").is_some() {
+            std::fs::write(path, sql()).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == sql(),
+            "{path} is not what forms.rs describes: rewrite it with PG_EXP_MECH_WRITE_SQL=1 cargo pgrx test pg15 aggregates_sql"
+        );
+    }
+
+    #[test]
+    fn positions_follow_the_parameters() {
+        let positions = DP_TOP_K_UNKNOWN_DOMAIN.form(7).positions;
+        assert_eq!(
+            (positions.k, positions.epsilon, positions.delta),
+            (Some(2), 3, Some(4))
+        );
+        assert_eq!(
+            (positions.max_score, positions.k_bar, positions.candidates),
+            (Some(5), Some(6), None)
+        );
+        let positions = DP_QUANTILES.form(5).positions;
+        assert_eq!(
+            (
+                positions.alpha,
+                positions.lo,
+                positions.hi,
+                positions.epsilon
+            ),
+            (Some(1), Some(2), Some(3), 4)
+        );
+        assert_eq!(DP_ARGMAX.form(5).positions.candidates, Some(4));
+        for aggregate in AGGREGATES {
+            let mut arities: Vec<usize> = aggregate.forms.iter().map(Form::arity).collect();
+            arities.dedup();
+            assert_eq!(
+                arities.len(),
+                aggregate.forms.len(),
+                "{}: one form per arity",
+                aggregate.name
+            );
+        }
+    }
+}
