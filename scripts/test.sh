@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: `make test`. Installs what is missing, then runs
-#   1. cargo pgrx test: the pure Rust tests and the #[pg_test] SQL tests (inside PostgreSQL);
-#   2. tests/run.sh: tests that drive a real cluster from outside, over psql.
+#   1. the gate: cargo fmt --check and cargo clippy (every warning an error, every unsafe
+#      block with its SAFETY comment: Cargo.toml's [lints]);
+#   2. cargo pgrx test: the pure Rust tests and the #[pg_test] SQL tests (inside PostgreSQL);
+#   3. tests/run.sh: tests that drive a real cluster from outside, over psql.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites
+
+say "formatting and lints (cargo fmt --check, cargo clippy)"
+cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
 
 WORK="${PG_EXP_MECH_TEST_DIR:-/tmp/pg_exp_mech-test}"
 mkdir -p "$WORK"
