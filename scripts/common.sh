@@ -51,13 +51,35 @@ ensure_prerequisites() {
 # Builds and installs the extension into the system PostgreSQL.
 # $1: "release" or "debug".
 install_extension() {
-    local profile=(); [ "$1" = release ] && profile=(--release)
+    local profile=(); [ "$1" = debug ] && profile=(--debug)   # package defaults to release
     say "building and installing pg_exp_mech ($1)"
-    if [ "$(id -u)" -eq 0 ]; then
-        cargo pgrx install "${profile[@]}" --pg-config "$PG_CONFIG" >/dev/null
-    else
-        cargo pgrx install "${profile[@]}" --pg-config "$PG_CONFIG" --sudo >/dev/null
-    fi
+    package_and_place "$1" "${profile[@]}" --pg-config "$PG_CONFIG"
+}
+
+# package_and_place NAME [cargo pgrx package args...]: builds a package of the extension
+# (target/package-NAME/ mirrors the file system) and puts its files in place with
+# place_package. Like `cargo pgrx install`, only cargo's build progress (stderr) shows.
+package_and_place() {
+    local out="${CARGO_TARGET_DIR:-$REPO/target}/package-$1"; shift
+    rm -rf "$out"   # a file left over from an earlier package must not be installed
+    (cd "$REPO" && cargo pgrx package "$@" --out-dir "$out") >/dev/null
+    place_package "$out"
+}
+
+# place_package DIR: installs every file of DIR at its path under /. An installed file is
+# never rewritten in place: a process that mapped the old library (every backend of a
+# running cluster with it preloaded) would run code that changes under its feet and crash
+# (SIGSEGV). A copy under a temporary name in the same directory is renamed over the old
+# file instead: the path then names the new file, and running processes keep the old one.
+place_package() {
+    local dir="$1" file dest tmp mode
+    while IFS= read -r -d '' file; do
+        dest="/${file#"$dir"/}"
+        tmp="$(dirname "$dest")/.$(basename "$dest").new.$$"
+        mode=0644; [[ "$dest" == *.so ]] && mode=0755
+        as_root install -D -m "$mode" "$file" "$tmp"
+        as_root mv -f "$tmp" "$dest"
+    done < <(find "$dir" -type f -print0)
 }
 
 # The Python environment of the benchmarks (.venv, bench/requirements.txt): OpenDP,

@@ -15,6 +15,9 @@ cargo clippy --all-targets --quiet -- -D warnings
 WORK="${PG_EXP_MECH_TEST_DIR:-/tmp/pg_exp_mech-test}"
 mkdir -p "$WORK"
 say "pure Rust and in-database tests (cargo pgrx test)"
+# cargo pgrx test's harness installs the extension with `$CARGO_PGRX pgrx install`, as root
+# with `sudo cp`, in place; this script installs it by rename, so running clusters live on.
+export CARGO_PGRX="$REPO/scripts/cargo-pgrx-by-rename.sh"
 if [ "$(id -u)" -eq 0 ]; then
     chown postgres: "$WORK"
     cargo pgrx test pg15 --runas postgres --pgdata "$WORK/pgrx-data"
