@@ -116,6 +116,7 @@ fn positive_finite(name: &'static str, value: Option<f64>) -> Result<f64, Error>
 /// A parameter must keep the value it had on the first row of the aggregate.
 ///
 /// Compared bit for bit, so that NaN on a later row is reported too.
+#[inline]
 pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(), Error> {
     match now {
         Some(v) if v.to_bits() == first.to_bits() => Ok(()),
@@ -128,6 +129,7 @@ pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(),
 }
 
 /// An integer parameter must keep the value it had on the first row.
+#[inline]
 pub fn unchanged_integer(name: &'static str, first: i64, now: Option<i32>) -> Result<(), Error> {
     match now {
         Some(v) if v as i64 == first => Ok(()),

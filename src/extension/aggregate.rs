@@ -29,6 +29,7 @@ pub trait Source {
 pub struct Row<'a>(pub &'a CallArguments);
 
 impl Source for Row<'_> {
+    #[inline]
     fn argument(&self, position: usize) -> Argument {
         Argument::Known(self.0.datum(position + 1))
     }

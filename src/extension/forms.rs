@@ -138,6 +138,7 @@ impl Form {
     }
 
     /// How many arguments the aggregate takes in this form.
+    #[inline]
     pub const fn arity(&self) -> usize {
         self.family.row_arguments().len() + self.parameters.len()
     }
@@ -185,6 +186,7 @@ pub struct Aggregate {
 impl Aggregate {
     /// The form called with `arity` arguments. PostgreSQL calls the support functions
     /// only through the aggregates `aggregates.sql` creates, one per form.
+    #[inline]
     pub fn form(&self, arity: usize) -> &'static Form {
         self.forms
             .iter()

@@ -63,6 +63,7 @@ impl SelectionArguments {
         })
     }
 
+    #[inline]
     fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
         parameters::unchanged("epsilon", first.epsilon, self.epsilon)?;
         parameters::unchanged("max_score", first.max_score, self.max_score)?;
@@ -157,6 +158,7 @@ impl ItemScores {
     ///
     /// # Safety
     /// `item` must be a valid, non-NULL datum of the state's item type.
+    #[inline]
     unsafe fn add(&mut self, item: Datum, amount: f64) {
         let item_type = self.item_type;
         let memory = self.memory;
@@ -173,6 +175,7 @@ impl ItemScores {
     }
 
     /// Later rows must pass the candidates of the first.
+    #[inline]
     fn check_candidates(&self, candidates: Candidates) -> Result<(), Error> {
         match (candidates, &self.candidates) {
             // SAFETY: a non-NULL array argument of the transition call.
@@ -218,6 +221,7 @@ impl State for ItemScores {
     const SERIALIZE: &'static str =
         "dp_item_scores_serialize (the serial function of a partial aggregation)";
 
+    #[inline]
     fn read(form: &Form, source: &impl aggregate::Source) -> Option<RowArguments> {
         let at = form.positions;
         let selection = SelectionArguments {
@@ -270,11 +274,13 @@ impl State for ItemScores {
             .map(Some)
     }
 
+    #[inline]
     fn check_row(&self, arguments: &RowArguments) -> Result<(), Error> {
         arguments.selection.check_unchanged(&self.selection)?;
         self.check_candidates(arguments.candidates)
     }
 
+    #[inline]
     unsafe fn add_row(&mut self, row: &CallArguments) {
         if let Some(item) = row.datum(1) {
             // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp

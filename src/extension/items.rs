@@ -29,6 +29,7 @@ enum Comparison {
 /// The hash of the Rust comparisons: fixed seed, so that every process (parallel workers,
 /// the leader) and every run agrees, as the serialized state and the limited-domain
 /// tie-break need.
+#[inline]
 fn hash_bytes(bytes: &[u8]) -> u32 {
     const SEED: u64 = 0x7067_5f65_7870_6d65;
     (foldhash::fast::FixedState::with_seed(SEED).hash_one(bytes) >> 32) as u32
@@ -39,6 +40,7 @@ fn hash_bytes(bytes: &[u8]) -> u32 {
 ///
 /// # Safety
 /// `item` must be a valid, non-NULL varlena datum that outlives the returned slice.
+#[inline]
 unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
     // SAFETY: a valid varlena (the caller's contract) is read where it lies when inline,
     // else detoasted into a copy that lives as long as the current memory context.
@@ -140,6 +142,7 @@ impl ItemType {
     }
 
     /// The low `length` bytes of a by-value datum (the rest need not be defined).
+    #[inline]
     fn bits(item: Datum, length: usize) -> u64 {
         let value = item.value() as u64;
         if length >= 8 {
@@ -153,6 +156,7 @@ impl ItemType {
     ///
     /// # Safety
     /// `item` must be a valid, non-NULL datum of this type.
+    #[inline]
     pub unsafe fn hash(&self, item: Datum) -> u32 {
         // SAFETY: a valid datum of this type (the caller's contract), read as the type's
         // comparison says: its bits, its varlena contents, its fixed bytes, or through the
@@ -176,6 +180,7 @@ impl ItemType {
     ///
     /// # Safety
     /// `a` and `b` must be valid, non-NULL datums of this type.
+    #[inline]
     pub unsafe fn equal(&self, a: Datum, b: Datum) -> bool {
         // SAFETY: as in `hash`, for both items.
         unsafe {

@@ -116,6 +116,7 @@ impl State for QuantileState {
     const SERIALIZE: &'static str =
         "dp_quantile_serialize (the serial function of a partial aggregation)";
 
+    #[inline]
     fn read(form: &Form, source: &impl Source) -> Option<QuantileArguments> {
         let at = form.positions;
         let alpha = at.alpha.expect("every quantile form has alpha or alphas");
@@ -149,6 +150,7 @@ impl State for QuantileState {
         Ok(Some(quantiles))
     }
 
+    #[inline]
     fn check_row(&self, arguments: &QuantileArguments) -> Result<(), Error> {
         let first = &self.parameters;
         match (arguments.alphas, &self.alphas) {
@@ -169,6 +171,7 @@ impl State for QuantileState {
     }
 
     /// NULL and NaN values are skipped; ±∞ clamp to the ends of the grid.
+    #[inline]
     unsafe fn add_row(&mut self, row: &CallArguments) {
         if let Some(value) = row.float(1).filter(|v| !v.is_nan()) {
             let cell = self.snapper.cell(value);
