@@ -129,10 +129,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
 
     /// The account of `role`, if it has one.
     pub fn get(&self, role: u32) -> Option<Account> {
-        self.used()
-            .iter()
-            .find(|slot| slot.role == role)
-            .map(Slot::account)
+        self.position(role).map(|at| self.slots[at].account())
     }
 
     /// Every account, by role, in the order the roles first appeared.
@@ -154,7 +151,10 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         if self.unreadable {
             return Err(Refusal::Unreadable);
         }
-        let mut account = self.get(charge.role).unwrap_or_default();
+        // One scan of the table (the lock is held): the slot is taken only once every
+        // rule has passed.
+        let found = self.position(charge.role);
+        let mut account = found.map_or_else(Account::default, |at| self.slots[at].account());
         if account.limit.is_none() && must_have_budget {
             return Err(Refusal::NoBudget);
         }
@@ -166,10 +166,13 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
                 limit: account.limit.unwrap_or(0),
             });
         }
-        let slot = self.slot(charge.role)?;
+        let at = match found {
+            Some(at) => at,
+            None => self.take_slot(charge.role)?,
+        };
         write(account.limit.is_some()).map_err(|reason| Refusal::Write { reason })?;
         account.apply(&Record::Charge(charge.clone()));
-        slot.store(account);
+        self.slots[at].store(account);
         Ok(())
     }
 
@@ -195,12 +198,23 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         &self.slots[..self.count as usize]
     }
 
+    /// Where `role`'s slot is, if it has one.
+    fn position(&self, role: u32) -> Option<usize> {
+        self.used().iter().position(|slot| slot.role == role)
+    }
+
     /// The slot of `role`, taken now if it has none.
     fn slot(&mut self, role: u32) -> Result<&mut Slot, Refusal> {
+        let at = match self.position(role) {
+            Some(at) => at,
+            None => self.take_slot(role)?,
+        };
+        Ok(&mut self.slots[at])
+    }
+
+    /// Takes a new slot for `role`, which has none.
+    fn take_slot(&mut self, role: u32) -> Result<usize, Refusal> {
         let count = self.count as usize;
-        if let Some(at) = self.used().iter().position(|slot| slot.role == role) {
-            return Ok(&mut self.slots[at]);
-        }
         if count == CAPACITY {
             return Err(Refusal::Full { capacity: CAPACITY });
         }
@@ -209,7 +223,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
             role,
             ..Slot::default()
         };
-        Ok(&mut self.slots[count])
+        Ok(count)
     }
 }
 

@@ -8,7 +8,7 @@ use super::ledger::{self, complete_lines, Record};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The ledger's directory and file, relative to the data directory (every backend's
 /// working directory).
@@ -39,10 +39,6 @@ impl LedgerFile {
             path: path.into(),
             appender: None,
         }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Every record of the file; a missing file is an empty ledger.

@@ -30,13 +30,8 @@ pub unsafe fn charge(fcinfo: pg_sys::FunctionCallInfo, release: Release) {
         return refuse_unless_unmetered();
     }
     let role = session_role();
-    let limited = ACCOUNTS
-        .share()
-        .accounts
-        .get(role)
-        .is_some_and(|a| a.limit.is_some());
     let must_have_budget = budget_required(role);
-    if limited || must_have_budget {
+    if must_have_budget || has_limit(role) {
         // SAFETY: the caller passes a final function's call info.
         if unsafe { plan_is_instrumented(fcinfo) } {
             raise(Error::ExplainAnalyzeRefused {
@@ -155,13 +150,17 @@ fn statement_fingerprint() -> u64 {
 /// Whether the role that runs the session has a limit (or must have one).
 pub fn session_is_budgeted() -> bool {
     let role = session_role();
-    budget_required(role)
-        || (preloaded()
-            && ACCOUNTS
-                .share()
-                .accounts
-                .get(role)
-                .is_some_and(|a| a.limit.is_some()))
+    budget_required(role) || has_limit(role)
+}
+
+/// Whether the role has a limit in the shared accounts.
+fn has_limit(role: u32) -> bool {
+    preloaded()
+        && ACCOUNTS
+            .share()
+            .accounts
+            .get(role)
+            .is_some_and(|a| a.limit.is_some())
 }
 
 /// pg_exp_mech.require_budget applies to every role but superusers, who bypass every
