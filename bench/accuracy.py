@@ -10,6 +10,12 @@ grid of 2^20 + 1 points, diffprivlib on the continuum.
 
 Selection: how often each system names the most common occupation (Prof-specialty 4,140,
 Craft-repair 4,099, Exec-managerial 4,066) over SELECTION_DRAWS draws.
+
+Grouped: the median hours per week of every occupation (a GROUP BY) at a total epsilon of
+0.1 and 1, on the grid of whole hours: each group at epsilon (parallel composition, what a
+GROUP BY is charged now) against each group at epsilon / groups (what charging every group
+separately left). The median over groups and draws of |answer - true median of the group|.
+`--grouped-only` runs this study alone (a minute) and writes bench/out/accuracy_grouped.md.
 """
 
 import argparse
@@ -147,6 +153,48 @@ def selection_study(connection):
     return results
 
 
+GROUPED_EPSILONS = [0.1, 1.0]
+
+
+def grouped_study(connection):
+    """Per-group errors of a grouped median, with and without parallel composition."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET pg_exp_mech.quantile_grid_size = 100")
+        cursor.execute("SELECT occupation, hours_per_week::float8 FROM adult")
+        groups = {}
+        for occupation, hours in cursor.fetchall():
+            groups.setdefault(occupation, []).append(hours)
+        truths = {k: float(np.quantile(v, 0.5, method="inverted_cdf")) for k, v in groups.items()}
+        results = []
+        for epsilon in GROUPED_EPSILONS:
+            row = {"epsilon": epsilon, "groups": len(groups)}
+            for name, per_group in [("parallel", epsilon), ("split", epsilon / len(groups))]:
+                # DRAWS independent draws of every group in one GROUP BY (g, occupation).
+                cursor.execute(
+                    f"SELECT occupation, dp_quantile(hours_per_week, 0.5, 0, 100, {per_group}) "
+                    f"FROM adult, generate_series(1, {DRAWS}) g GROUP BY g, occupation")
+                errors = [abs(answer - truths[occupation])
+                          for occupation, answer in cursor.fetchall()]
+                row[name] = statistics.median(errors)
+                row[name + "_mean"] = statistics.fmean(errors)
+            results.append(row)
+            print(f"grouped median, {row['groups']} groups, total epsilon {epsilon}: "
+                  f"parallel {row['parallel']:.3g} (mean {row['parallel_mean']:.3g}), "
+                  f"split {row['split']:.3g} (mean {row['split_mean']:.3g})", flush=True)
+        cursor.execute("RESET pg_exp_mech.quantile_grid_size")
+    return results
+
+
+def grouped_table(grouped):
+    lines = ["| total epsilon | groups | each group at epsilon (parallel composition): "
+             "median (mean) abs error | each group at epsilon / groups: median (mean) abs "
+             "error |", "| --- | --- | --- | --- |"]
+    for r in grouped:
+        lines.append(f"| {r['epsilon']} | {r['groups']} | {r['parallel']:.3g} "
+                     f"({r['parallel_mean']:.3g}) | {r['split']:.3g} ({r['split_mean']:.3g}) |")
+    return lines
+
+
 def cell(row, system):
     """A median error, with the number of draws that failed (no answer) if any did."""
     failed = row["failures"][system]
@@ -156,7 +204,7 @@ def cell(row, system):
     return f"{error} ({failed} of {DRAWS} draws failed)" if failed else error
 
 
-def write_tables(quantiles, selection, out):
+def write_tables(quantiles, selection, grouped, out):
     lines = ["| column | alpha | epsilon | true quantile | " + " | ".join(SYSTEMS) + " |",
              "| --- | --- | --- | --- |" + " --- |" * len(SYSTEMS)]
     for r in quantiles:
@@ -167,6 +215,7 @@ def write_tables(quantiles, selection, out):
     for r in selection:
         lines.append(f"| {r['epsilon']} | {r['pg_exp_mech']:.3f} | {r['OpenDP']:.3f} | "
                      f"{r['diffprivlib']:.3f} |")
+    lines += [""] + grouped_table(grouped)
     table = "\n".join(lines)
     with open(os.path.join(out, "accuracy.md"), "w") as f:
         f.write(table + "\n")
@@ -206,12 +255,20 @@ def main():
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--plot", required=True)
+    parser.add_argument("--grouped-only", action="store_true")
     arguments = parser.parse_args()
     with psycopg.connect(arguments.dsn, autocommit=True) as connection:
+        if arguments.grouped_only:
+            table = "\n".join(grouped_table(grouped_study(connection)))
+            with open(os.path.join(arguments.out, "accuracy_grouped.md"), "w") as f:
+                f.write(table + "\n")
+            print(table)
+            return
         load_lognormal(connection)
         quantiles = quantile_study(connection)
         selection = selection_study(connection)
-    write_tables(quantiles, selection, arguments.out)
+        grouped = grouped_study(connection)
+    write_tables(quantiles, selection, grouped, arguments.out)
     plot(quantiles, selection, arguments.plot)
 
 

@@ -5,6 +5,7 @@
 # draws its noise exactly, at about a millisecond per candidate.
 #
 # Draws: BENCH_DRAWS (200 per quantile setting), BENCH_SELECTION_DRAWS (1,000).
+# `make accuracy ACCURACY_ARGS=--grouped-only`: the grouped study alone (a minute).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites
@@ -20,5 +21,5 @@ cluster_psql "$DIR" "$PORT" -q -c "CREATE EXTENSION pg_exp_mech"
 cluster_psql "$DIR" "$PORT" -q -f scripts/load_adult.sql
 mkdir -p bench/out docs
 .venv/bin/python bench/accuracy.py --dsn "host=$DIR port=$PORT user=postgres dbname=postgres" \
-    --out bench/out --plot docs/accuracy.png
+    --out bench/out --plot docs/accuracy.png ${ACCURACY_ARGS:-}
 say "done: bench/out/accuracy.md, docs/accuracy.png"

@@ -78,9 +78,11 @@ SELECT epsilon, dp_quantile(age, 0.5, 0, 100, epsilon) AS private_median
 
 \echo
 \echo '6. A DP-only view with a privacy budget. The DBA creates a login role, a view with a'
-\echo 'DP aggregate, grants SELECT on the view only, and gives the role epsilon = 1.2 in all:'
+\echo 'DP aggregate (a security barrier, so that nothing of the analyst''s runs under it),'
+\echo 'grants SELECT on the view only, and gives the role epsilon = 1.2 in all:'
 CREATE ROLE analyst LOGIN PASSWORD 'analyst-demo-password';
-CREATE VIEW top_status AS SELECT dp_argmax(marital_status, 1, 0.5) AS most_common_status FROM adult;
+CREATE VIEW top_status WITH (security_barrier) AS
+  SELECT dp_argmax(marital_status, 1, 0.5) AS most_common_status FROM adult;
 GRANT SELECT ON top_status TO analyst;
 SELECT dp_budget_set('analyst', 1.2);
 \connect - analyst 127.0.0.1
@@ -103,3 +105,25 @@ SELECT count(*) FROM adult;
 SELECT * FROM dp_budget ORDER BY role::text;
 SELECT at, role, kind, epsilon, aggregate, statement FROM dp_ledger
  WHERE role = 'analyst'::regrole ORDER BY at;
+
+\echo
+\echo '7. A grouped dashboard tile: the median hours per week of each occupation. One person'
+\echo 'is in one occupation, so the whole GROUP BY costs epsilon once (parallel composition),'
+\echo 'not once per group. The occupations themselves come from the data: dp_partition in'
+\echo 'HAVING releases an occupation with a probability that depends on its row count, so'
+\echo 'that the set of keys is (epsilon, delta)-DP too. epsilon 0.5 + 0.5 and delta 1e-6 in'
+\echo 'all, whatever the number of occupations (the DBA gives the analyst a delta budget):'
+CREATE VIEW hours_by_occupation WITH (security_barrier) AS
+  SELECT occupation, dp_quantile(hours_per_week, 0.5, 0, 100, 0.5) AS median_hours
+    FROM adult GROUP BY occupation HAVING dp_partition(0.5, 1e-6);
+GRANT SELECT ON hours_by_occupation TO analyst;
+SELECT dp_budget_set('analyst', 1.2 + 1.0, 1e-6);
+\connect - analyst 127.0.0.1
+SET pg_exp_mech.quantile_grid_size = 100;
+SELECT * FROM hours_by_occupation ORDER BY occupation;
+SELECT format('spent: epsilon %s of %s, delta %s of %s', epsilon_spent, epsilon_limit,
+              delta_spent, delta_limit) AS budget FROM dp_budget;
+\connect - postgres :socket
+\echo 'Its ledger lines: one for dp_quantile over all the groups, one for dp_partition:'
+SELECT role, epsilon, delta, aggregate FROM dp_ledger
+ WHERE role = 'analyst'::regrole AND kind = 'charge' ORDER BY at DESC LIMIT 2;

@@ -44,12 +44,36 @@ pub enum Error {
         remaining: f64,
         limit: f64,
     },
+    /// A charge would exceed the role's δ budget.
+    #[error(
+        "privacy budget of role \"{role}\" exceeded: {aggregate} needs delta {}, {} of {} remain",
+        format_number(Some(*.delta)),
+        format_number(Some(*.remaining)),
+        format_number(Some(*.limit))
+    )]
+    DeltaBudgetExceeded {
+        role: String,
+        aggregate: String,
+        delta: f64,
+        remaining: f64,
+        limit: f64,
+    },
     /// pg_exp_mech.require_budget is on and the role has no budget.
     #[error("role \"{role}\" has no privacy budget, and pg_exp_mech.require_budget is on")]
     NoBudget { role: String },
     /// EXPLAIN ANALYZE of a statement with DP aggregates, by a role with a budget.
-    #[error("EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts")]
+    #[error("EXPLAIN ANALYZE (or any instrumented execution) of a plan with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts")]
     ExplainAnalyzeRefused { role: String },
+    /// A DP aggregate used as a window function, by a role with a budget.
+    #[error("{aggregate} cannot be used as a window function by role \"{role}\", which has a privacy budget: each frame would be a release; aggregate with GROUP BY instead")]
+    WindowRefused { role: String, aggregate: String },
+    /// A view with DP aggregates that is not a security barrier, read by a role with a
+    /// budget.
+    #[error("view \"{view}\" cannot be read by a role with a privacy budget: {reason}")]
+    ViewNotBarrier { view: String, reason: String },
+    /// A DP aggregate finalized in a plan node that was not metered.
+    #[error("{reason}")]
+    NotMetered { reason: String },
     /// The ledger is for budget administrators only.
     #[error("permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)")]
     NotBudgetAdministrator { role: String },
@@ -78,13 +102,17 @@ impl Error {
             // feature_not_supported
             Error::NotInAggregate { .. } => "0A000",
             // configuration_limit_exceeded
-            Error::BudgetExceeded { .. } => "53400",
+            Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege
             Error::NoBudget { .. }
             | Error::ExplainAnalyzeRefused { .. }
+            | Error::WindowRefused { .. }
             | Error::NotBudgetAdministrator { .. } => "42501",
             // object_not_in_prerequisite_state
-            Error::BudgetsUnavailable { .. } => "55000",
+            Error::BudgetsUnavailable { .. } | Error::ViewNotBarrier { .. } => "55000",
+            // internal_error: a DP aggregate finalized in a plan the executor hook never
+            // saw (fails closed)
+            Error::NotMetered { .. } => "XX000",
             // program_limit_exceeded
             Error::TooManyRoles { .. } => "54000",
             // io_error

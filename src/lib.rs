@@ -26,7 +26,8 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         extension::budget::init_shared_memory();
     }
-    extension::budget::install_explain_guard();
+    extension::budget::install_metering();
+    extension::budget::install_barrier();
 }
 
 /// Required by `cargo pgrx test`.

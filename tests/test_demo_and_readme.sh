@@ -11,7 +11,9 @@ demo="$(PGPASSWORD=analyst-demo-password sql -v socket="$CLUSTER" -f scripts/dem
 assert_eq "$(grep -c '100 / 100' <<<"$demo")" 3 "demo: marital status at every epsilon"
 assert_contains "$demo" "Prof-specialty" "demo: occupation race"
 assert_contains "$demo" 'ERROR:  53400: privacy budget of role "analyst" exceeded: dp_argmax needs epsilon 0.5, 0.2 of 1.2 remain' "demo: the analyst runs out"
-assert_contains "$demo" "ERROR:  42501: EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed" "demo: EXPLAIN ANALYZE refused"
+assert_contains "$demo" "ERROR:  42501: EXPLAIN ANALYZE (or any instrumented execution) of a plan with differentially private aggregates is not allowed" "demo: EXPLAIN ANALYZE refused"
+# Step 7: the grouped tile costs epsilon 1 and delta 1e-6 in all.
+assert_contains "$demo" "spent: epsilon 2 of 2.2, delta 1e-06 of 1e-06" "demo: the grouped step's budget"
 
 # README: every ```sql block, in order, in one psql session; any error fails.
 python3 - README.md > "$CLUSTER/readme_blocks.sql" <<'PY'

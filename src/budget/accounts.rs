@@ -6,7 +6,7 @@
 //! one step for every session.
 
 use super::file::LEDGER_PATH;
-use super::ledger::{charge_units, epsilon_of, Account, Charge, Limit, Record};
+use super::ledger::{delta_of, epsilon_of, Account, Charge, Cost, Limit, Record};
 use crate::error::Error;
 
 /// One role's account.
@@ -17,6 +17,8 @@ struct Slot {
     has_limit: bool,
     limit: u64,
     spent: u64,
+    delta_limit: u64,
+    delta_spent: u64,
 }
 
 impl Slot {
@@ -24,6 +26,8 @@ impl Slot {
         Account {
             limit: self.has_limit.then_some(self.limit),
             spent: self.spent,
+            delta_limit: self.has_limit.then_some(self.delta_limit),
+            delta_spent: self.delta_spent,
         }
     }
 
@@ -31,6 +35,8 @@ impl Slot {
         self.has_limit = account.limit.is_some();
         self.limit = account.limit.unwrap_or(0);
         self.spent = account.spent;
+        self.delta_limit = account.delta_limit.unwrap_or(0);
+        self.delta_spent = account.delta_spent;
     }
 }
 
@@ -44,10 +50,17 @@ pub enum Refusal {
     Full { capacity: usize },
     /// pg_exp_mech.require_budget is on and the role has no limit.
     NoBudget,
-    /// The charge would take the role past its limit.
+    /// The charges would take the role past its ε limit.
     Exceeded {
         aggregate: String,
         epsilon: f64,
+        remaining: u64,
+        limit: u64,
+    },
+    /// The charges would take the role past its δ limit.
+    DeltaExceeded {
+        aggregate: String,
+        delta: f64,
         remaining: u64,
         limit: u64,
     },
@@ -76,6 +89,18 @@ impl Refusal {
                 epsilon,
                 remaining: epsilon_of(remaining),
                 limit: epsilon_of(limit),
+            },
+            Refusal::DeltaExceeded {
+                aggregate,
+                delta,
+                remaining,
+                limit,
+            } => Error::DeltaBudgetExceeded {
+                role: role_name(),
+                aggregate,
+                delta,
+                remaining: delta_of(remaining),
+                limit: delta_of(limit),
             },
             Refusal::Write { reason } => Error::LedgerWrite { reason },
         }
@@ -137,41 +162,67 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         self.used().iter().map(|slot| (slot.role, slot.account()))
     }
 
-    /// Charges `charge` to its role, unless a rule refuses it. `must_have_budget`: the
-    /// role is refused without a limit (pg_exp_mech.require_budget). `write` puts the
-    /// charge on the ledger first, durably when `true` is passed (the role has a limit):
-    /// whatever a client may see is on disk. Nothing changes when anything fails, and a
-    /// refused role takes no slot.
+    /// Charges `charges` (one statement's, all of one role) together, unless a rule
+    /// refuses them: all are taken or none. `must_have_budget`: the role is refused
+    /// without a limit (pg_exp_mech.require_budget). `write` puts the charges on the
+    /// ledger first, durably when `true` is passed (the role has a limit): whatever a
+    /// client may see is on disk. Nothing changes when anything fails, and a refused role
+    /// takes no slot.
     pub fn charge(
         &mut self,
-        charge: &Charge,
+        charges: &[Charge],
         must_have_budget: bool,
         write: impl FnOnce(bool) -> Result<(), String>,
     ) -> Result<(), Refusal> {
         if self.unreadable {
             return Err(Refusal::Unreadable);
         }
+        let Some(first) = charges.first() else {
+            return Ok(());
+        };
+        debug_assert!(charges.iter().all(|c| c.role == first.role));
         // One scan of the table (the lock is held): the slot is taken only once every
         // rule has passed.
-        let found = self.position(charge.role);
+        let found = self.position(first.role);
         let mut account = found.map_or_else(Account::default, |at| self.slots[at].account());
         if account.limit.is_none() && must_have_budget {
             return Err(Refusal::NoBudget);
         }
-        if !account.allows(charge_units(charge.epsilon)) {
+        let cost = charges
+            .iter()
+            .fold(Cost::default(), |sum, charge| sum.plus(Cost::of(charge)));
+        // The refusal names the aggregate that needs the most: that is what to change.
+        let name = |by: fn(&Charge) -> f64| {
+            charges
+                .iter()
+                .max_by(|a, b| by(a).total_cmp(&by(b)))
+                .map(|c| c.aggregate.clone())
+                .unwrap_or_default()
+        };
+        if !account.allows(cost.epsilon) {
             return Err(Refusal::Exceeded {
-                aggregate: charge.aggregate.clone(),
-                epsilon: charge.epsilon,
+                aggregate: name(|c| c.epsilon),
+                epsilon: epsilon_of(cost.epsilon),
                 remaining: account.remaining().unwrap_or(0),
                 limit: account.limit.unwrap_or(0),
             });
         }
+        if !account.allows_delta(cost.delta) {
+            return Err(Refusal::DeltaExceeded {
+                aggregate: name(|c| c.delta),
+                delta: delta_of(cost.delta),
+                remaining: account.delta_remaining().unwrap_or(0),
+                limit: account.delta_limit.unwrap_or(0),
+            });
+        }
         let at = match found {
             Some(at) => at,
-            None => self.take_slot(charge.role)?,
+            None => self.take_slot(first.role)?,
         };
         write(account.limit.is_some()).map_err(|reason| Refusal::Write { reason })?;
-        account.apply(&Record::Charge(charge.clone()));
+        for charge in charges {
+            account.apply(&Record::Charge(charge.clone()));
+        }
         self.slots[at].store(account);
         Ok(())
     }
@@ -230,7 +281,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::ledger::limit_units;
+    use crate::budget::ledger::{charge_units, delta_limit_units, limit_units, Budget};
 
     fn charge(role: u32, epsilon: f64) -> Charge {
         Charge {
@@ -247,7 +298,10 @@ mod tests {
         Limit {
             time: 0,
             role,
-            limit,
+            limit: limit.map(|epsilon| Budget {
+                epsilon,
+                delta: 1e-6,
+            }),
         }
     }
 
@@ -267,10 +321,10 @@ mod tests {
             .set_limit(&limit(10, Some(1.0)), || Ok(()))
             .unwrap();
         accounts
-            .charge(&charge(10, 0.25), false, written(&mut log))
+            .charge(&[charge(10, 0.25)], false, written(&mut log))
             .unwrap();
         accounts
-            .charge(&charge(11, 5.0), false, written(&mut log))
+            .charge(&[charge(11, 5.0)], false, written(&mut log))
             .unwrap();
         assert_eq!(log, [true, false], "durable only where a limit is at stake");
         assert_eq!(
@@ -293,11 +347,11 @@ mod tests {
         let mut log = Vec::new();
         for _ in 0..2 {
             accounts
-                .charge(&charge(10, 0.25), false, written(&mut log))
+                .charge(&[charge(10, 0.25)], false, written(&mut log))
                 .unwrap();
         }
         let refusal = accounts
-            .charge(&charge(10, 0.25), false, written(&mut log))
+            .charge(&[charge(10, 0.25)], false, written(&mut log))
             .unwrap_err();
         assert_eq!(log.len(), 2, "the refused charge was not written");
         assert_eq!(
@@ -309,10 +363,73 @@ mod tests {
     }
 
     #[test]
+    fn the_charges_of_a_statement_are_taken_together_or_not_at_all() {
+        let mut accounts = Accounts::<4>::default();
+        accounts
+            .set_limit(&limit(10, Some(1.0)), || Ok(()))
+            .unwrap();
+        let mut log = Vec::new();
+        let two = [charge(10, 0.5), charge(10, 0.5)];
+        accounts.charge(&two, false, written(&mut log)).unwrap();
+        assert_eq!(log, [true], "one write for the statement");
+        assert_eq!(accounts.get(10).unwrap().remaining(), Some(0));
+        accounts
+            .set_limit(&limit(10, Some(1.5)), || Ok(()))
+            .unwrap();
+        let refusal = accounts
+            .charge(&[charge(10, 0.25), charge(10, 0.5)], false, |_| {
+                panic!("not written")
+            })
+            .unwrap_err();
+        assert_eq!(
+            refusal.error(|| "analyst".into()).to_string(),
+            "privacy budget of role \"analyst\" exceeded: dp_quantile needs epsilon 0.75, 0.5 of 1.5 remain"
+        );
+        assert_eq!(
+            accounts.get(10).unwrap().remaining(),
+            Some(limit_units(0.5))
+        );
+    }
+
+    #[test]
+    fn delta_past_its_limit_is_refused() {
+        let mut accounts = Accounts::<4>::default();
+        accounts
+            .set_limit(&limit(10, Some(100.0)), || Ok(()))
+            .unwrap();
+        let with_delta = |delta| Charge {
+            delta,
+            aggregate: "dp_partition".into(),
+            ..charge(10, 0.1)
+        };
+        accounts
+            .charge(&[with_delta(6e-7)], false, |_| Ok(()))
+            .unwrap();
+        let refusal = accounts
+            .charge(&[with_delta(6e-7)], false, |_| panic!("not written"))
+            .unwrap_err();
+        let error = refusal.error(|| "analyst".into());
+        assert_eq!(error.sqlstate(), "53400");
+        assert_eq!(
+            error.to_string(),
+            "privacy budget of role \"analyst\" exceeded: dp_partition needs delta 6e-07, 4e-07 of 1e-06 remain"
+        );
+        let account = accounts.get(10).unwrap();
+        assert_eq!(
+            account.delta_remaining(),
+            Some(delta_limit_units(1e-6) - 600_000_000_000)
+        );
+        assert_eq!(
+            account.remaining(),
+            Some(limit_units(100.0) - charge_units(0.1))
+        );
+    }
+
+    #[test]
     fn require_budget_refuses_a_role_without_a_limit_and_spends_no_slot() {
         let mut accounts = Accounts::<1>::default();
         let refusal = accounts
-            .charge(&charge(10, 0.1), true, |_| panic!("not written"))
+            .charge(&[charge(10, 0.1)], true, |_| panic!("not written"))
             .unwrap_err();
         assert_eq!(refusal, Refusal::NoBudget);
         assert_eq!(
@@ -324,17 +441,21 @@ mod tests {
         accounts
             .set_limit(&limit(10, Some(1.0)), || Ok(()))
             .unwrap();
-        accounts.charge(&charge(10, 0.1), true, |_| Ok(())).unwrap();
+        accounts
+            .charge(&[charge(10, 0.1)], true, |_| Ok(()))
+            .unwrap();
     }
 
     #[test]
     fn a_full_table_refuses_new_roles_only() {
         let mut accounts = Accounts::<2>::default();
-        accounts.charge(&charge(1, 0.1), false, |_| Ok(())).unwrap();
+        accounts
+            .charge(&[charge(1, 0.1)], false, |_| Ok(()))
+            .unwrap();
         accounts.set_limit(&limit(2, Some(1.0)), || Ok(())).unwrap();
         let full = Refusal::Full { capacity: 2 };
         assert_eq!(
-            accounts.charge(&charge(3, 0.1), false, |_| panic!("not written")),
+            accounts.charge(&[charge(3, 0.1)], false, |_| panic!("not written")),
             Err(full.clone())
         );
         assert_eq!(
@@ -345,8 +466,12 @@ mod tests {
             full.error(String::new).to_string(),
             "the privacy ledger tracks at most 2 roles, and all are in use"
         );
-        accounts.charge(&charge(1, 0.1), false, |_| Ok(())).unwrap();
-        accounts.charge(&charge(2, 0.1), false, |_| Ok(())).unwrap();
+        accounts
+            .charge(&[charge(1, 0.1)], false, |_| Ok(()))
+            .unwrap();
+        accounts
+            .charge(&[charge(2, 0.1)], false, |_| Ok(()))
+            .unwrap();
     }
 
     #[test]
@@ -355,7 +480,7 @@ mod tests {
         accounts.mark_unreadable();
         assert!(accounts.is_unreadable());
         let refusal = accounts
-            .charge(&charge(1, 0.1), false, |_| panic!("not written"))
+            .charge(&[charge(1, 0.1)], false, |_| panic!("not written"))
             .unwrap_err();
         assert_eq!(refusal, Refusal::Unreadable);
         assert_eq!(
@@ -375,7 +500,7 @@ mod tests {
         let mut accounts = Accounts::<4>::default();
         accounts.set_limit(&limit(1, Some(1.0)), || Ok(())).unwrap();
         let refusal = accounts
-            .charge(&charge(1, 0.5), false, |_| Err("disk full".into()))
+            .charge(&[charge(1, 0.5)], false, |_| Err("disk full".into()))
             .unwrap_err();
         assert_eq!(
             refusal.clone().error(String::new).to_string(),
@@ -406,6 +531,8 @@ mod tests {
                 Account {
                     limit: Some(3),
                     spent: 2,
+                    delta_limit: Some(5),
+                    delta_spent: 1,
                 },
             ),
             (6, Account::default()),
@@ -415,7 +542,9 @@ mod tests {
             accounts.get(5),
             Some(Account {
                 limit: Some(3),
-                spent: 2
+                spent: 2,
+                delta_limit: Some(5),
+                delta_spent: 1,
             })
         );
     }

@@ -100,7 +100,7 @@ impl LedgerFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::ledger::{Charge, Limit};
+    use crate::budget::ledger::{Budget, Charge, Limit};
 
     /// A fresh directory of this test's own under the system's temporary directory.
     fn scratch(name: &str) -> PathBuf {
@@ -133,7 +133,10 @@ mod tests {
         let limit = Record::Limit(Limit {
             time: 1,
             role: 9,
-            limit: Some(2.0),
+            limit: Some(Budget {
+                epsilon: 2.0,
+                delta: 1e-6,
+            }),
         });
         file.append(&limit.line(), true).unwrap();
         file.append(&charge(9).line(), false).unwrap();

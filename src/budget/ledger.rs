@@ -1,14 +1,15 @@
 //! The lines of the privacy ledger (budget limits and charges, one line each) and what a
 //! replay of them adds up to.
 //!
-//! Amounts of ε are kept in integer units of 1e-12 (charges rounded up, limits rounded
-//! down), so that ten charges of 0.1 exactly fill a limit of 1 and a sum never drifts
-//! below what was spent.
+//! Amounts of ε are kept in integer units of 1e-12, amounts of δ in units of 1e-18
+//! (charges rounded up, limits rounded down), so that ten charges of 0.1 exactly fill a
+//! limit of 1 and a sum never drifts below what was spent.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 const UNITS_PER_EPSILON: f64 = 1e12;
+const UNITS_PER_DELTA: f64 = 1e18;
 
 /// The units a charge of ε costs (rounded up).
 pub fn charge_units(epsilon: f64) -> u64 {
@@ -25,6 +26,21 @@ pub fn epsilon_of(units: u64) -> f64 {
     units as f64 / UNITS_PER_EPSILON
 }
 
+/// The units a charge of δ costs (rounded up).
+pub fn delta_charge_units(delta: f64) -> u64 {
+    (delta * UNITS_PER_DELTA).ceil() as u64
+}
+
+/// The units a limit of δ allows (rounded down).
+pub fn delta_limit_units(delta: f64) -> u64 {
+    (delta * UNITS_PER_DELTA).floor() as u64
+}
+
+/// δ of `units`.
+pub fn delta_of(units: u64) -> f64 {
+    units as f64 / UNITS_PER_DELTA
+}
+
 /// One line of the ledger.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
@@ -32,13 +48,20 @@ pub enum Record {
     Charge(Charge),
 }
 
-/// A budget administrator set (or, with None, removed) a role's limit.
+/// A budget administrator set (or, with None, removed) a role's limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limit {
     /// PostgreSQL timestamp: microseconds since 2000-01-01 UTC.
     pub time: i64,
     pub role: u32,
-    pub limit: Option<f64>,
+    pub limit: Option<Budget>,
+}
+
+/// What a role may spend in all: ε, and δ for (ε, δ) mechanisms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    pub epsilon: f64,
+    pub delta: f64,
 }
 
 /// One evaluation of a DP aggregate.
@@ -47,7 +70,7 @@ pub struct Charge {
     pub time: i64,
     pub role: u32,
     pub epsilon: f64,
-    /// The δ of an (ε, δ) mechanism, 0 for pure ε-DP (recorded, not budgeted).
+    /// The δ of an (ε, δ) mechanism, 0 for pure ε-DP.
     pub delta: f64,
     pub aggregate: String,
     /// FNV-1a hash of the statement's text.
@@ -61,7 +84,9 @@ impl Record {
         let mut line = String::new();
         match self {
             Record::Limit(Limit { time, role, limit }) => {
-                let limit = limit.map_or("none".to_string(), |l| format!("{l:?}"));
+                let limit = limit.map_or("none".to_string(), |l| {
+                    format!("{:?}\t{:?}", l.epsilon, l.delta)
+                });
                 let _ = writeln!(line, "limit\t{time}\t{role}\t{limit}");
             }
             Record::Charge(Charge {
@@ -95,13 +120,20 @@ impl Record {
                 .map_err(|e| format!("field {at} of {line:?}: {e}"))
         };
         match (fields.first(), fields.len()) {
-            (Some(&"limit"), 4) => Ok(Record::Limit(Limit {
+            // A limit line of four fields comes from before δ was budgeted: δ limit 0.
+            (Some(&"limit"), count @ (4 | 5)) => Ok(Record::Limit(Limit {
                 time: integer(1)?,
                 role: integer(2)? as u32,
-                limit: if fields[3] == "none" {
-                    None
-                } else {
-                    Some(number(3)?)
+                limit: match (fields[3], count) {
+                    ("none", 4) => None,
+                    (_, 4) => Some(Budget {
+                        epsilon: number(3)?,
+                        delta: 0.0,
+                    }),
+                    _ => Some(Budget {
+                        epsilon: number(3)?,
+                        delta: number(4)?,
+                    }),
                 },
             })),
             (Some(&"charge"), 7) => Ok(Record::Charge(Charge {
@@ -124,32 +156,79 @@ impl Record {
     }
 }
 
-/// What one role may spend and has spent, in units.
+/// What one role may spend and has spent, in units: ε in `limit` and `spent`, δ in
+/// `delta_limit` and `delta_spent` (a role with a limit has both).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Account {
     pub limit: Option<u64>,
     pub spent: u64,
+    pub delta_limit: Option<u64>,
+    pub delta_spent: u64,
+}
+
+/// What a charge costs, in units.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub epsilon: u64,
+    pub delta: u64,
+}
+
+impl Cost {
+    pub fn of(charge: &Charge) -> Self {
+        Cost {
+            epsilon: charge_units(charge.epsilon),
+            delta: delta_charge_units(charge.delta),
+        }
+    }
+
+    pub fn plus(self, other: Cost) -> Self {
+        Cost {
+            epsilon: self.epsilon.saturating_add(other.epsilon),
+            delta: self.delta.saturating_add(other.delta),
+        }
+    }
 }
 
 impl Account {
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::Limit(Limit { limit, .. }) => self.limit = limit.map(limit_units),
-            Record::Charge(Charge { epsilon, .. }) => {
-                self.spent = self.spent.saturating_add(charge_units(*epsilon))
+            Record::Limit(Limit { limit, .. }) => {
+                self.limit = limit.map(|l| limit_units(l.epsilon));
+                self.delta_limit = limit.map(|l| delta_limit_units(l.delta));
+            }
+            Record::Charge(charge) => {
+                let cost = Cost::of(charge);
+                self.spent = self.spent.saturating_add(cost.epsilon);
+                self.delta_spent = self.delta_spent.saturating_add(cost.delta);
             }
         }
     }
 
-    /// Whether a charge of `units` stays within the limit.
+    /// Whether a charge of `units` of ε stays within the limit.
     pub fn allows(&self, units: u64) -> bool {
         self.limit
             .is_none_or(|limit| self.spent.saturating_add(units) <= limit)
     }
 
-    /// The units left, when there is a limit.
+    /// Whether a charge of `units` of δ stays within the δ limit (a pure ε-DP charge,
+    /// of no δ, always does: lowering a δ limit below what was spent stops only (ε, δ)
+    /// mechanisms).
+    pub fn allows_delta(&self, units: u64) -> bool {
+        units == 0
+            || self
+                .delta_limit
+                .is_none_or(|limit| self.delta_spent.saturating_add(units) <= limit)
+    }
+
+    /// The units of ε left, when there is a limit.
     pub fn remaining(&self) -> Option<u64> {
         self.limit.map(|limit| limit.saturating_sub(self.spent))
+    }
+
+    /// The units of δ left, when there is a limit.
+    pub fn delta_remaining(&self) -> Option<u64> {
+        self.delta_limit
+            .map(|limit| limit.saturating_sub(self.delta_spent))
     }
 }
 
@@ -200,7 +279,10 @@ mod tests {
         Record::Limit(Limit {
             time: 0,
             role,
-            limit,
+            limit: limit.map(|epsilon| Budget {
+                epsilon,
+                delta: 1e-6,
+            }),
         })
     }
 
@@ -210,7 +292,10 @@ mod tests {
             Record::Limit(Limit {
                 time: 7,
                 role: 16384,
-                limit: Some(0.1 + 0.2),
+                limit: Some(Budget {
+                    epsilon: 0.1 + 0.2,
+                    delta: 1e-7,
+                }),
             }),
             Record::Limit(Limit {
                 time: 8,
@@ -232,6 +317,18 @@ mod tests {
             assert_eq!(Record::parse(line.trim_end()).unwrap(), record, "{line}");
         }
         assert!(Record::parse("charge\t1\t2").is_err());
+        // A limit from before δ was budgeted allows no δ.
+        assert_eq!(
+            Record::parse("limit\t1\t2\t0.5").unwrap(),
+            Record::Limit(Limit {
+                time: 1,
+                role: 2,
+                limit: Some(Budget {
+                    epsilon: 0.5,
+                    delta: 0.0
+                })
+            })
+        );
         assert!(Record::parse("refund\t1\t2\t3").is_err());
     }
 
@@ -251,6 +348,30 @@ mod tests {
             assert!(thirds.allows(charge_units(0.1)));
             thirds.apply(&charge(1, 0.1));
         }
+    }
+
+    #[test]
+    fn delta_is_limited_beside_epsilon() {
+        let mut account = Account::default();
+        account.apply(&limit(1, Some(10.0)));
+        assert_eq!(account.delta_remaining(), Some(delta_limit_units(1e-6)));
+        let spend = |delta| {
+            Record::Charge(Charge {
+                time: 1,
+                role: 1,
+                epsilon: 0.1,
+                delta,
+                aggregate: "dp_partition".into(),
+                statement: 0,
+            })
+        };
+        for _ in 0..4 {
+            account.apply(&spend(2.5e-7));
+        }
+        assert_eq!(account.delta_remaining(), Some(0));
+        assert!(!account.allows_delta(delta_charge_units(1e-18)));
+        assert!(account.allows_delta(0), "pure epsilon-DP needs no delta");
+        assert_eq!(account.remaining(), Some(limit_units(9.6)));
     }
 
     #[test]
@@ -282,7 +403,9 @@ mod tests {
             accounts[&2],
             Account {
                 limit: None,
-                spent: charge_units(0.5)
+                spent: charge_units(0.5),
+                delta_limit: None,
+                delta_spent: 0,
             }
         );
         assert!(parse("garbage\n").is_err());

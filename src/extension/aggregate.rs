@@ -3,7 +3,7 @@
 //! [`State`] each family implements.
 
 use super::arguments::{aggregate_argument, return_internal, Argument, CallArguments};
-use super::budget::{charge, Release};
+use super::budget::require_metered;
 use super::forms::{Aggregate, Form};
 use super::{raise, OrRaise};
 use crate::error::Error;
@@ -60,6 +60,10 @@ pub trait State: Sized {
     /// The parameters of `form` from `source`; None when one of them depends on the rows.
     fn read(form: &Form, source: &impl Source) -> Option<Self::Arguments>;
 
+    /// Checks the parameters that `source` knows, as the first row would: the metering
+    /// hook calls it on the plan's arguments, before any row.
+    fn validate(form: &Form, source: &impl Source) -> Result<(), Error>;
+
     /// A new state in `memory` from the first row's arguments (or, in a final function
     /// with no rows, the call's). Validates them, so that an error never depends on
     /// whether rows arrived. Ok(None): an argument depends on the rows (only the call
@@ -84,9 +88,6 @@ pub trait State: Sized {
     unsafe fn add_row(&mut self, row: &CallArguments);
 
     fn parameters(&self) -> &Self::Parameters;
-
-    /// ε and δ of one evaluation, as the state's parameters say.
-    fn privacy_cost(&self) -> (f64, f64);
 
     /// An empty state with the parameters of `other`, in `memory`.
     fn empty_like(other: &Self, memory: MemoryContext) -> Self;
@@ -157,11 +158,11 @@ impl<S> std::ops::Deref for FinalState<'_, S> {
     }
 }
 
-/// The state a final function of `aggregate` (with `arity` arguments) samples from,
-/// once the evaluation is charged to the session's privacy budget: the rows' state, or
-/// with no rows the one the call's arguments describe. None when an argument depends on
-/// the rows and cannot be read without them: the answer is then NULL (nothing sampled,
-/// nothing charged).
+/// The state a final function of `aggregate` (with `arity` arguments) samples from: the
+/// rows' state, or with no rows the one the plan's arguments describe. None when an
+/// argument depends on the rows and cannot be read without them: the answer is then NULL.
+/// The evaluation was charged when its plan node started (metering.rs); a node that was
+/// not metered is refused.
 ///
 /// # Safety
 /// `fcinfo` must be the call info of `aggregate`'s final function, and `state` its state.
@@ -171,6 +172,8 @@ pub unsafe fn final_state<'a, S: State>(
     aggregate: &Aggregate,
     arity: usize,
 ) -> Option<FinalState<'a, S>> {
+    // SAFETY: as above.
+    unsafe { require_metered(fcinfo) };
     let form = aggregate.form(arity);
     // SAFETY: the state is NULL or this family's, as the caller guarantees.
     let final_state = match unsafe { state.get::<S>() } {
@@ -182,15 +185,6 @@ pub unsafe fn final_state<'a, S: State>(
             FinalState::NoRows(first.or_raise()?)
         }
     };
-    let (epsilon, delta) = final_state.privacy_cost();
-    let release = Release {
-        aggregate: aggregate.name,
-        epsilon,
-        epsilon_position: form.positions.epsilon,
-        delta,
-    };
-    // SAFETY: as above.
-    unsafe { charge(fcinfo, release) };
     Some(final_state)
 }
 

@@ -145,3 +145,12 @@ CREATE AGGREGATE dp_quantiles(value double precision, alphas double precision[],
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantiles(double precision, double precision[], double precision, double precision, double precision) IS
 'Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.';
+
+CREATE FUNCTION dp_partition_final(state bigint, epsilon double precision, delta double precision)
+    RETURNS boolean AS 'MODULE_PATHNAME', 'dp_partition_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_partition(epsilon double precision, delta double precision) (
+    SFUNC = pg_catalog.int8inc_float8_float8, STYPE = bigint, INITCOND = '0',
+    FINALFUNC = dp_partition_final, FINALFUNC_EXTRA,
+    COMBINEFUNC = pg_catalog.int8pl, PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_partition(double precision, double precision) IS
+'Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups.';

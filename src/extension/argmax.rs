@@ -125,7 +125,7 @@ mod tests {
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, ARRAY[item]) FROM scored WHERE false
-             UNION ALL SELECT dp_argmax(item, score, score, 2, '{z}') FROM scored WHERE false
+             UNION ALL SELECT dp_argmax(item, score, 1.0, score, '{z}') FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{z}') FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0) FROM scored WHERE item IS NULL",
         );
@@ -266,8 +266,9 @@ mod tests {
         }
         let changing = [
             (
+                // epsilon, what is charged, is read from the plan before any row.
                 "SELECT dp_argmax(item, 1, e) FROM (VALUES ('a', 1.0), ('b', 2.0)) v(item, e)",
-                "22023: epsilon must be the same on every row of an aggregate, got 1 and then 2",
+                "22023: epsilon must be a constant or a parameter of the statement, got an expression of the rows",
             ),
             (
                 "SELECT dp_argmax(item, 1, 1, m) FROM (VALUES ('a', 3.0), ('b', NULL)) v(item, m)",

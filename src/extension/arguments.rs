@@ -1,11 +1,12 @@
-//! Reading an aggregate's arguments from its own call when no row arrived.
+//! Reading an aggregate's arguments without its rows.
 //!
 //! With no input rows no transition call ever sees epsilon or candidates, yet the answer
-//! (and any parameter error) must not reveal that the input was empty. The final function
-//! can read the arguments from its `Aggref`: constants, and expressions built only from
-//! constants and query parameters (`$1` of a prepared statement, an init-plan), evaluate
-//! to the same value on every row, so they can be evaluated once here.
+//! (and any parameter error) must not reveal that the input was empty. Constants, and
+//! expressions built only from constants and statement parameters (`$1` of a prepared
+//! statement), are the same on every row: the metering hook evaluates them once from the
+//! plan, and the final function reads them from there.
 
+use super::budget::plan_arguments;
 use pgrx::pg_sys::{self, Datum};
 use pgrx::PgList;
 
@@ -36,48 +37,109 @@ impl Argument {
     }
 }
 
-/// Argument `position` (0-based, as written in the call) of the aggregate being finalized.
+/// Argument `position` (0-based, as written in the call) of the aggregate being finalized:
+/// as the metered plan gave it (which a parallel plan's Finalize Aggregate needs: the
+/// planner replaced its arguments), else read from the call's own Aggref.
 ///
 /// # Safety
 /// `fcinfo` must be the call info of an aggregate support function.
 pub unsafe fn aggregate_argument(fcinfo: pg_sys::FunctionCallInfo, position: usize) -> Argument {
     // SAFETY: AggGetAggref reads a support function's call info (the caller's contract)
-    // and returns NULL or the live Aggref; its arguments are TargetEntries whose
-    // expressions are cast only after their tags are checked, and an expression is
-    // evaluated in the aggregate's own expression context, as PostgreSQL evaluates it.
+    // and returns NULL or the live Aggref, whose arguments are TargetEntries; the
+    // context, when it is an AggState, is the node running the call.
     unsafe {
         let aggref = pg_sys::AggGetAggref(fcinfo);
         if aggref.is_null() {
             return Argument::Unknown;
         }
+        if let Some(Argument::Known(value)) =
+            plan_arguments(aggref).and_then(|arguments| arguments.get(position).copied())
+        {
+            return Argument::Known(value);
+        }
+        // Not known when the plan started, such as an init-plan's answer (candidates from
+        // a public table): the same on every row of this loop, read now.
         let entries = PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args);
         let Some(entry) = entries.get_ptr(position) else {
             return Argument::Unknown;
         };
-        let expression = (*entry).expr;
+        let context = (*fcinfo).context;
+        if context.is_null() || !pgrx::is_a(context, pg_sys::NodeTag::T_AggState) {
+            return Argument::Unknown;
+        }
+        let node = &mut (*(context as *mut pg_sys::AggState)).ss.ps as *mut pg_sys::PlanState;
+        evaluate_fixed((*entry).expr, (*node).state, Some(node))
+    }
+}
+
+/// The value of an aggregate argument that is the same on every row (a constant, or an
+/// expression of constants and statement parameters), evaluated once in `estate`;
+/// Unknown when it depends on the rows (a column, a volatile function, a subquery, ...).
+/// With `running`, the running node that holds the aggregate, parameters set while the
+/// plan runs (an init-plan's answer) are read too; without, they are Unknown (the plan
+/// has not started).
+///
+/// # Safety
+/// `expression` must be an expression of a plan started in `estate`, and `running` one of
+/// its nodes.
+pub unsafe fn evaluate_fixed(
+    expression: *mut pg_sys::Expr,
+    estate: *mut pg_sys::EState,
+    running: Option<*mut pg_sys::PlanState>,
+) -> Argument {
+    // SAFETY: nodes are cast after their tags are checked; the expression is evaluated in
+    // a context of the query's own memory, where its value stays until the query ends.
+    unsafe {
         let node = expression as *mut pg_sys::Node;
         if pgrx::is_a(node, pg_sys::NodeTag::T_Const) {
             let constant = expression as *mut pg_sys::Const;
             return Argument::Known((!(*constant).constisnull).then_some((*constant).constvalue));
         }
-        let context = (*fcinfo).context;
         let row_independent = !pg_sys::contain_var_clause(node)
             && !pg_sys::contain_agg_clause(node)
             && !pg_sys::contain_subplans(node)
-            && !pg_sys::contain_volatile_functions(node);
-        if !row_independent
-            || context.is_null()
-            || !pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
-        {
+            && !pg_sys::contain_volatile_functions(node)
+            && (running.is_some() || !contains_executor_parameter(node));
+        if !row_independent || estate.is_null() {
             return Argument::Unknown;
         }
-        let aggregate = context as *mut pg_sys::AggState;
-        let parent = &mut (*aggregate).ss.ps as *mut pg_sys::PlanState;
+        let (parent, context) = match running {
+            Some(parent) => (parent, (*parent).ps_ExprContext),
+            None => (std::ptr::null_mut(), pg_sys::CreateExprContext(estate)),
+        };
         let state = pg_sys::ExecInitExpr(expression, parent);
         let mut is_null = false;
-        let value = pg_sys::ExecEvalExpr(state, (*parent).ps_ExprContext, &mut is_null);
+        let value = pg_sys::ExecEvalExprSwitchContext(state, context, &mut is_null);
         Argument::Known((!is_null).then_some(value))
     }
+}
+
+/// Whether an expression reads a parameter set while the plan runs (PARAM_EXEC: an
+/// outer row's column, an init-plan's answer), which may differ from loop to loop.
+///
+/// # Safety
+/// `node` must be NULL or a valid expression node.
+unsafe fn contains_executor_parameter(node: *mut pg_sys::Node) -> bool {
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn walker(
+        node: *mut pg_sys::Node,
+        context: *mut std::ffi::c_void,
+    ) -> bool {
+        // SAFETY: as contains_executor_parameter's contract; tags checked before casts.
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if pgrx::is_a(node, pg_sys::NodeTag::T_Param)
+                && (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXEC
+            {
+                return true;
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { walker(node, std::ptr::null_mut()) }
 }
 
 /// Whether argument `position` of the aggregate has the same datum on every row: a

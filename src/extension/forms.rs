@@ -60,6 +60,8 @@ pub enum Family {
     Selection,
     /// A histogram on the public grid (dp_quantile, dp_quantiles): rows give a value.
     Quantile,
+    /// A row count (dp_partition): rows give nothing but themselves.
+    Partition,
 }
 
 impl Family {
@@ -68,6 +70,7 @@ impl Family {
         match self {
             Family::Selection => &[("item", "anyelement"), ("score", "double precision")],
             Family::Quantile => &[("value", "double precision")],
+            Family::Partition => &[],
         }
     }
 }
@@ -253,6 +256,12 @@ const QUANTILES: Form = Form::new(
     "Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.",
 );
 
+const PARTITION: Form = Form::new(
+    Family::Partition,
+    &[Epsilon, Delta],
+    "Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups.",
+);
+
 pub const DP_ARGMAX: Aggregate = Aggregate {
     name: "dp_argmax",
     family: Family::Selection,
@@ -284,14 +293,21 @@ pub const DP_QUANTILES: Aggregate = Aggregate {
     forms: &[QUANTILES],
 };
 
+pub const DP_PARTITION: Aggregate = Aggregate {
+    name: "dp_partition",
+    family: Family::Partition,
+    returns: "boolean",
+    forms: &[PARTITION],
+};
+
 /// Every aggregate of the extension.
-#[cfg(test)]
 pub const AGGREGATES: &[Aggregate] = &[
     DP_ARGMAX,
     DP_TOP_K,
     DP_TOP_K_UNKNOWN_DOMAIN,
     DP_QUANTILE,
     DP_QUANTILES,
+    DP_PARTITION,
 ];
 
 /// The text of `aggregates.sql`.
@@ -311,6 +327,23 @@ pub fn sql() -> String {
         for form in aggregate.forms {
             let name = aggregate.name;
             let arguments = form.sql_arguments();
+            if aggregate.family == Family::Partition {
+                // The state is PostgreSQL's own row count (regr_count's transition
+                // function, strict in epsilon and delta, which the plan checks first).
+                let _ = write!(
+                    sql,
+                    "\nCREATE FUNCTION {name}_final(state bigint, {arguments})\n    \
+                     RETURNS boolean AS 'MODULE_PATHNAME', '{name}_final' LANGUAGE C PARALLEL SAFE;\n\
+                     CREATE AGGREGATE {name}({arguments}) (\n    \
+                     SFUNC = pg_catalog.int8inc_float8_float8, STYPE = bigint, INITCOND = '0',\n    \
+                     FINALFUNC = {name}_final, FINALFUNC_EXTRA,\n    \
+                     COMBINEFUNC = pg_catalog.int8pl, PARALLEL = SAFE);\n\
+                     COMMENT ON AGGREGATE {name}({types}) IS\n'{comment}';\n",
+                    types = form.sql_types(),
+                    comment = form.comment.replace('\'', "''"),
+                );
+                continue;
+            }
             let _ = write!(
                 sql,
                 "\nCREATE FUNCTION {name}_trans(state internal, {arguments})\n    \
@@ -326,11 +359,11 @@ pub fn sql() -> String {
                     );
                     ("dp_item_scores", format!("{name}_final, FINALFUNC_EXTRA"))
                 }
-                Family::Quantile => ("dp_quantile", format!("{name}_final")),
+                Family::Quantile | Family::Partition => ("dp_quantile", format!("{name}_final")),
             };
             let space = match aggregate.family {
                 Family::Selection => 4096,
-                Family::Quantile => 1024,
+                Family::Quantile | Family::Partition => 1024,
             };
             let _ = write!(
                 sql,

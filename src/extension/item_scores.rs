@@ -3,7 +3,7 @@
 //! context. The steps around it (transition, final, combine, serialization) are
 //! aggregate.rs's, shared with the quantile state.
 
-use super::aggregate::{self, final_state, State};
+use super::aggregate::{self, final_state, Source, State};
 use super::arguments::{return_datum, Argument, ArrayArgument, CallArguments};
 use super::forms::{Aggregate, Form};
 use super::items::ItemType;
@@ -92,6 +92,14 @@ pub enum Candidates {
     Unknown,
 }
 
+fn null_candidates() -> Error {
+    Error::InvalidParameter {
+        name: "candidates",
+        value: "NULL".into(),
+        requirement: "an array (an empty array gives NULL)".into(),
+    }
+}
+
 /// The parameters and candidates of one row, or of the call.
 pub struct RowArguments {
     selection: SelectionArguments,
@@ -136,11 +144,7 @@ impl ItemScores {
             position,
         } = candidates
         {
-            let array = list.ok_or(Error::InvalidParameter {
-                name: "candidates",
-                value: "NULL".into(),
-                requirement: "an array (an empty array gives NULL)".into(),
-            })?;
+            let array = list.ok_or_else(null_candidates)?;
             // SAFETY: a non-NULL array argument of the call, of the item type's array type
             // (the aggregate's signature says anyarray of anyelement).
             unsafe {
@@ -257,6 +261,17 @@ impl State for ItemScores {
         })
     }
 
+    fn validate(form: &Form, source: &impl Source) -> Result<(), Error> {
+        let Some(arguments) = Self::read(form, source) else {
+            return Ok(()); // A parameter depends on the rows: each row checks it.
+        };
+        arguments.selection.validate()?;
+        match arguments.candidates {
+            Candidates::Listed { array: None, .. } => Err(null_candidates()),
+            _ => Ok(()),
+        }
+    }
+
     unsafe fn first(
         fcinfo: pg_sys::FunctionCallInfo,
         _form: &Form,
@@ -293,10 +308,6 @@ impl State for ItemScores {
 
     fn parameters(&self) -> &Selection {
         &self.selection
-    }
-
-    fn privacy_cost(&self) -> (f64, f64) {
-        (self.selection.epsilon, self.selection.delta.unwrap_or(0.0))
     }
 
     fn empty_like(other: &Self, memory: MemoryContext) -> Self {

@@ -9,6 +9,7 @@ pub mod guc;
 mod item_scores;
 mod items;
 mod memory;
+mod partition;
 mod quantile;
 mod serialization;
 #[cfg(any(test, feature = "pg_test"))]

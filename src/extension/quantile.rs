@@ -136,6 +136,11 @@ impl State for QuantileState {
         })
     }
 
+    fn validate(form: &Form, source: &impl Source) -> Result<(), Error> {
+        // A parameter that depends on the rows is checked by each row.
+        Self::read(form, source).map_or(Ok(()), |arguments| arguments.validate().map(drop))
+    }
+
     unsafe fn first(
         fcinfo: pg_sys::FunctionCallInfo,
         _form: &Form,
@@ -181,10 +186,6 @@ impl State for QuantileState {
 
     fn parameters(&self) -> &QuantileParameters {
         &self.parameters
-    }
-
-    fn privacy_cost(&self) -> (f64, f64) {
-        (self.parameters.epsilon, 0.0)
     }
 
     fn empty_like(other: &Self, memory: MemoryContext) -> Self {
@@ -439,7 +440,7 @@ mod tests {
         assert_matches_distribution(&counts, &uniform, &normalise_log_weights(&skewed));
         let answers = column(
             "SELECT array_length(dp_quantiles(v, '{0.1, 0.9}', 0, 100, 1.0), 1)::text FROM nothing
-             UNION ALL SELECT dp_quantile(v, 0.5, 0, 100, v)::text FROM nothing
+             UNION ALL SELECT dp_quantile(v, v, 0, 100, 1.0)::text FROM nothing
              UNION ALL SELECT dp_quantile(v, 0.5, v, 100, 1.0)::text FROM nothing",
         );
         // Two answers even with no row; NULL when a parameter depends on the rows.
@@ -559,7 +560,7 @@ mod tests {
             ("dp_quantile(v, v / 100, 0, 1, 1)", "alpha must be the same on every row of an aggregate, got 0.01 and then 0.02"),
             ("dp_quantile(v, 0.5, v - 100, 1, 1)", "lo must be the same on every row of an aggregate, got -99 and then -98"),
             ("dp_quantile(v, 0.5, 0, v + 100, 1)", "hi must be the same on every row of an aggregate, got 101 and then 102"),
-            ("dp_quantile(v, 0.5, 0, 1, v)", "epsilon must be the same on every row of an aggregate, got 1 and then 2"),
+            ("dp_quantile(v, 0.5, 0, 1, v)", "epsilon must be a constant or a parameter of the statement, got an expression of the rows"),
             ("dp_quantiles(v, ARRAY[v / 100], 0, 1, 1)", "alphas must be the same on every row of an aggregate, got the array of the first row and then another array"),
         ];
         for (call, message) in changing {

@@ -2,6 +2,7 @@
 //! without a database.
 
 pub mod gumbel;
+pub mod partition;
 pub mod quantile;
 pub mod rng;
 pub mod scores;

@@ -1,77 +1,83 @@
-//! The charge every DP final function takes before its result exists.
+//! Charging the session's login role, and who must have a budget.
 
+use super::metering::is_metered;
 use super::shared::{preloaded, ACCOUNTS, LEDGER};
 use crate::budget::file::LEDGER_PATH;
 use crate::budget::ledger::{self, Charge};
 use crate::error::Error;
-use crate::extension::arguments::aggregate_argument;
 use crate::extension::{guc, raise, OrRaise};
 use pgrx::pg_sys::{self, Oid};
 use std::ffi::CStr;
 
-/// What a final function is about to release.
+/// What one loop of a plan node releases through one DP aggregate call: ε and δ with the
+/// node's multiplicity (grouping sets, parallel copies) folded in.
+#[derive(Debug, Clone)]
 pub struct Release {
     pub aggregate: &'static str,
-    /// ε of this evaluation, as the rows (or the call) gave it.
     pub epsilon: f64,
-    /// Where epsilon stands in the aggregate's arguments.
-    pub epsilon_position: usize,
-    /// δ of an (ε, δ) mechanism, 0 otherwise: recorded, not budgeted.
+    /// δ of an (ε, δ) mechanism, 0 otherwise.
     pub delta: f64,
 }
 
-/// Charges the session's login role for one evaluation, before its result exists.
-/// A refusal raises an error, so nothing is returned.
-///
-/// # Safety
-/// `fcinfo` must be the call info of an aggregate's final function.
-pub unsafe fn charge(fcinfo: pg_sys::FunctionCallInfo, release: Release) {
+/// Charges the session's login role for `releases` together (all or none), one ledger
+/// line each, before any row is read. A refusal raises an error.
+pub fn charge(releases: &[Release]) {
+    if releases.is_empty() {
+        return;
+    }
     if !preloaded() {
         return refuse_unless_unmetered();
     }
     let role = session_role();
     let must_have_budget = budget_required(role);
-    if must_have_budget || has_limit(role) {
-        // SAFETY: the caller passes a final function's call info.
-        if unsafe { plan_is_instrumented(fcinfo) } {
-            raise(Error::ExplainAnalyzeRefused {
-                role: role_name(role),
-            });
-        }
-        // The charge must be what the statement says, whatever the rows: epsilon must
-        // not depend on them.
-        // SAFETY: as above.
-        let fixed = unsafe { aggregate_argument(fcinfo, release.epsilon_position) }.float();
-        if fixed != Some(Some(release.epsilon)) {
-            raise(Error::InvalidParameter {
-                name: "epsilon",
-                value: "an expression of the rows".into(),
-                requirement:
-                    "a constant or a parameter of the statement for a role with a privacy budget"
-                        .into(),
-            });
-        }
-    }
-    let charge = Charge {
-        time: now(),
-        role,
-        epsilon: release.epsilon,
-        delta: release.delta,
-        aggregate: release.aggregate.into(),
-        statement: statement_fingerprint(),
-    };
-    let line = ledger::Record::Charge(charge.clone()).line();
-    // Written (fsynced where a limit is at stake) before memory and before the result:
-    // what the client may see is always on the ledger.
+    let time = now();
+    let statement = statement_fingerprint();
+    let charges: Vec<Charge> = releases
+        .iter()
+        .map(|release| Charge {
+            time,
+            role,
+            epsilon: release.epsilon,
+            delta: release.delta,
+            aggregate: release.aggregate.into(),
+            statement,
+        })
+        .collect();
+    let lines: String = charges
+        .iter()
+        .map(|charge| ledger::Record::Charge(charge.clone()).line())
+        .collect();
+    // Written (fsynced where a limit is at stake) before memory and before any row: what
+    // the client may see is always on the ledger.
     let outcome = ACCOUNTS
         .exclusive()
         .accounts
-        .charge(&charge, must_have_budget, |durable| {
-            LEDGER.with(|file| file.borrow_mut().append(&line, durable))
+        .charge(&charges, must_have_budget, |durable| {
+            LEDGER.with(|file| file.borrow_mut().append(&lines, durable))
         });
     outcome
         .map_err(|refusal| refusal.error(|| role_name(role)))
         .or_raise();
+}
+
+/// A final function runs only in a node the metering hook charged. Without the hook (the
+/// library was loaded by this very statement, not preloaded) nothing can be charged:
+/// refused where budgets are expected.
+///
+/// # Safety
+/// `fcinfo` must be the call info of an aggregate's final function.
+pub unsafe fn require_metered(fcinfo: pg_sys::FunctionCallInfo) {
+    // SAFETY: the caller passes a final function's call info; its context is the node.
+    let node = unsafe { (*fcinfo).context };
+    if is_metered(node.cast()) {
+        return;
+    }
+    if preloaded() {
+        raise(Error::NotMetered {
+            reason: "a differentially private aggregate ran in a plan node that pg_exp_mech did not meter".into(),
+        });
+    }
+    refuse_unless_unmetered();
 }
 
 /// Without the shared accounts nothing can be charged: refuse where budgets are expected.
@@ -85,27 +91,6 @@ fn refuse_unless_unmetered() {
         raise(Error::BudgetsUnavailable {
             reason: format!("this cluster keeps a privacy ledger ({LEDGER_PATH}), but pg_exp_mech is not in shared_preload_libraries"),
         });
-    }
-}
-
-/// Whether the plan that calls this aggregate is instrumented: its scans' exact row
-/// counts are being collected for display.
-///
-/// # Safety
-/// `fcinfo` must be the call info of an aggregate's final function.
-unsafe fn plan_is_instrumented(fcinfo: pg_sys::FunctionCallInfo) -> bool {
-    // SAFETY: the caller passes a valid call info; its context, when it is an AggState
-    // or a WindowAggState, is the executor's live node, which begins with its PlanState.
-    unsafe {
-        let context = (*fcinfo).context;
-        if context.is_null()
-            || !(pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
-                || pgrx::is_a(context, pg_sys::NodeTag::T_WindowAggState))
-        {
-            return false;
-        }
-        let plan = context as *mut pg_sys::PlanState;
-        !(*plan).state.is_null() && (*(*plan).state).es_instrument != 0
     }
 }
 

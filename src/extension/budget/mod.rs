@@ -7,24 +7,27 @@
 //! would vanish with a ROLLBACK, an error later in the transaction or a cancelled
 //! statement, after the result was seen. Instead:
 //! - one LWLock serialises check-and-charge, so concurrent sessions cannot overspend;
-//! - the line is written (and fsynced for a role with a limit) before the aggregate
-//!   returns, so a crash after a result left cannot lose its charge;
+//! - the line is written (and fsynced for a role with a limit) when the plan starts,
+//!   before any row is read, so a crash after a result left cannot lose its charge;
 //! - the postmaster replays the file into shared memory at start-up and after a crash.
 //!
 //! This needs `shared_preload_libraries = 'pg_exp_mech'`.
 //!
 //! - `shared`: the accounts in shared memory, loaded at start-up;
-//! - `charge`: the charge of a final function, and who must have a budget;
-//! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger;
-//! - `explain`: the EXPLAIN ANALYZE guard.
+//! - `metering`: the charge of a plan, taken when it starts (and at each rescan);
+//! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
+//! - `charge`: the charge itself, and who must have a budget;
+//! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
+mod barrier;
 mod charge;
-mod explain;
+mod metering;
 mod shared;
 mod sql;
 
-pub use charge::{charge, Release};
-pub use explain::install_explain_guard;
+pub use barrier::install_barrier;
+pub use charge::require_metered;
+pub use metering::{install_metering, plan_arguments};
 pub use shared::init_shared_memory;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -38,8 +41,8 @@ mod tests {
         run(&[
             &format!("CREATE ROLE {name} LOGIN"),
             "CREATE TABLE IF NOT EXISTS secret AS SELECT i % 7 AS item, i AS value FROM generate_series(1, 1000) i",
-            "CREATE OR REPLACE VIEW top_item AS SELECT dp_argmax(item, 1, 0.25) FROM secret",
-            "CREATE OR REPLACE VIEW by_item AS SELECT item, dp_quantile(value, 0.5, 0, 1000, 0.125) FROM secret GROUP BY item",
+            "CREATE OR REPLACE VIEW top_item WITH (security_barrier) AS SELECT dp_argmax(item, 1, 0.25) FROM secret",
+            "CREATE OR REPLACE VIEW by_item WITH (security_barrier) AS SELECT item, dp_quantile(value, 0.5, 0, 1000, 0.125) FROM secret GROUP BY item",
             &format!("GRANT SELECT ON top_item, by_item TO {name}"),
             &format!("SELECT dp_budget_set('{name}', {budget})"),
         ]);
@@ -62,13 +65,20 @@ mod tests {
         // A correlated subquery evaluates the view three times: three charges.
         run(&["SELECT (SELECT * FROM top_item WHERE g > 0) FROM generate_series(1, 3) g"]);
         assert_eq!(spent("charged_analyst"), "1");
-        // A GROUP BY is charged once per group (7 groups at 0.125).
+        // A GROUP BY is charged once, whatever the number of groups (7 here): one row is
+        // in one group (parallel composition).
         assert_eq!(column("SELECT count(*)::text FROM by_item"), ["7"]);
-        assert_eq!(spent("charged_analyst"), "1.875");
+        assert_eq!(spent("charged_analyst"), "1.125");
+        // A filter that keeps no group is charged the same.
+        assert_eq!(
+            column("SELECT count(*)::text FROM by_item WHERE item = -1"),
+            ["0"]
+        );
+        assert_eq!(spent("charged_analyst"), "1.25");
         // Two identical calls are two draws and two charges (the aggregates are VOLATILE).
         run(&["SELECT a.*, b.* FROM top_item a, top_item b"]);
-        assert_eq!(spent("charged_analyst"), "2.375");
-        assert_eq!(column("SELECT dp_budget_remaining()::text"), ["97.625"]);
+        assert_eq!(spent("charged_analyst"), "1.75");
+        assert_eq!(column("SELECT dp_budget_remaining()::text"), ["98.25"]);
         run(&["RESET SESSION AUTHORIZATION"]);
     }
 
@@ -83,8 +93,12 @@ mod tests {
             "53400: privacy budget of role \"thrifty_analyst\" exceeded: dp_argmax needs epsilon 0.25, 0.1 of 0.6 remain"
         );
         assert_eq!(spent("thrifty_analyst"), "0.5");
-        // A parameter error happens before any charge.
+        // A parameter error happens before any charge, with rows or without.
         assert!(error_of("SELECT dp_argmax(x, 1, -1) FROM (VALUES (1)) v(x)").starts_with("22023"));
+        assert!(
+            error_of("SELECT dp_argmax(x, 1, 0.01, 0) FROM (VALUES (1)) v(x) WHERE x > 1")
+                .starts_with("22023: max_score")
+        );
         assert_eq!(spent("thrifty_analyst"), "0.5");
         run(&["RESET SESSION AUTHORIZATION"]);
     }
@@ -140,20 +154,33 @@ mod tests {
             error_of("SET pg_exp_mech.require_budget = off"),
             "42501: permission denied to set parameter \"pg_exp_mech.require_budget\""
         );
-        // EXPLAIN ANALYZE would show exact counts; plain EXPLAIN is allowed.
+        // EXPLAIN ANALYZE would show exact counts, however the plan is reached; plain
+        // EXPLAIN is allowed.
         assert_eq!(
             error_of("EXPLAIN ANALYZE SELECT * FROM top_item"),
-            "42501: EXPLAIN ANALYZE of a statement with differentially private aggregates is not allowed for role \"curious_analyst\", which has a privacy budget: it would show exact row counts"
+            "42501: EXPLAIN ANALYZE (or any instrumented execution) of a plan with differentially private aggregates is not allowed for role \"curious_analyst\", which has a privacy budget: it would show exact row counts"
         );
-        assert!(
-            error_of("EXPLAIN (ANALYZE, TIMING OFF) SELECT count(*) FROM by_item")
-                .starts_with("42501")
-        );
+        for explained in [
+            "EXPLAIN (ANALYZE, TIMING OFF) SELECT count(*) FROM by_item WHERE item = -1",
+            "EXPLAIN (ANALYZE) EXECUTE by_item_plan",
+            "EXPLAIN (ANALYZE) CREATE TEMP TABLE copied AS SELECT * FROM by_item",
+            "EXPLAIN (ANALYZE) SELECT * FROM pg_temp.inlined()",
+        ] {
+            run(&[
+                "PREPARE by_item_plan AS SELECT * FROM by_item WHERE item = -1",
+                "CREATE OR REPLACE FUNCTION pg_temp.inlined() RETURNS SETOF by_item LANGUAGE sql STABLE AS 'SELECT * FROM by_item'",
+            ]);
+            assert!(
+                error_of(explained).starts_with("42501: EXPLAIN ANALYZE"),
+                "{explained}"
+            );
+            run(&["DEALLOCATE by_item_plan"]);
+        }
         assert_eq!(error_of("EXPLAIN SELECT * FROM top_item"), "no error");
         run(&["RESET SESSION AUTHORIZATION"]);
         // A role granted EXECUTE is a budget administrator: it sees every row and the ledger.
         run(&[
-            "GRANT EXECUTE ON FUNCTION dp_budget_set(regrole, float8) TO other_analyst",
+            "GRANT EXECUTE ON FUNCTION dp_budget_set(regrole, float8, float8) TO other_analyst",
             "SET SESSION AUTHORIZATION other_analyst",
         ]);
         let roles =
@@ -191,7 +218,12 @@ mod tests {
         ]);
         assert_eq!(
             error_of("SELECT dp_argmax(item, 1, e) FROM epsilons"),
-            "22023: epsilon must be a constant or a parameter of the statement for a role with a privacy budget, got an expression of the rows"
+            "22023: epsilon must be a constant or a parameter of the statement, got an expression of the rows"
+        );
+        // Without rows too: the plan says it.
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, e) FROM epsilons WHERE false"),
+            "22023: epsilon must be a constant or a parameter of the statement, got an expression of the rows"
         );
         assert_eq!(
             column("SELECT dp_argmax(item, 1, 0.5)::text FROM epsilons"),
@@ -245,6 +277,8 @@ mod tests {
             ("dp_budget_set('limited_analyst', 'NaN')", "22023: epsilon must be finite and at least 0 (NULL removes the limit), got NaN"),
             ("dp_budget_set('limited_analyst', 'Infinity')", "22023: epsilon must be finite and at least 0 (NULL removes the limit), got Infinity"),
             ("dp_budget_set(NULL, 1)", "22023: role must be a role, got NULL"),
+            ("dp_budget_set('limited_analyst', 1, -1e-9)", "22023: delta must be at least 0 and less than 1, got -1e-09"),
+            ("dp_budget_set('limited_analyst', 1, 1)", "22023: delta must be at least 0 and less than 1, got 1"),
             ("dp_budget_set('no_such_role', 1)", "42704: role \"no_such_role\" does not exist"),
         ] {
             assert_eq!(error_of(&format!("SELECT {call}")), message, "{call}");

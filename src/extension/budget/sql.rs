@@ -4,7 +4,7 @@
 use super::charge::{now, role_name, session_role};
 use super::shared::{preloaded, ACCOUNTS, LEDGER};
 use crate::budget::file::{LedgerFile, LEDGER_PATH};
-use crate::budget::ledger::{epsilon_of, Charge, Limit, Record};
+use crate::budget::ledger::{delta_of, epsilon_of, Budget, Charge, Limit, Record};
 use crate::error::Error;
 use crate::extension::{raise, OrRaise};
 use pgrx::callconv::{Arg, ArgAbi};
@@ -55,10 +55,10 @@ unsafe impl SqlTranslatable for RegRole {
         Ok(ReturnsRef::One(SqlMappingRef::literal("regrole")));
 }
 
-/// Sets a role's ε limit (NULL: no limit); what it has spent is kept. Takes effect at
-/// once, for every session, and is not undone by ROLLBACK.
+/// Sets a role's ε and δ limits (ε NULL: no limit); what it has spent is kept. Takes
+/// effect at once, for every session, and is not undone by ROLLBACK.
 #[pg_extern(volatile, parallel_unsafe)]
-fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>) {
+fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>, delta: default!(Option<f64>, 0)) {
     // EXECUTE is revoked from PUBLIC: PostgreSQL has checked the caller's privilege.
     require_preloaded();
     let Some(RegRole(role)) = role else {
@@ -77,6 +77,11 @@ fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>) {
             "finite and at least 0 (NULL removes the limit)",
         )),
     };
+    let delta = match delta {
+        Some(d) if (0.0..1.0).contains(&d) => d,
+        _ => raise(Error::invalid("delta", delta, "at least 0 and less than 1")),
+    };
+    let limit = limit.map(|epsilon| Budget { epsilon, delta });
     let limit = Limit {
         time: now(),
         role: role.to_u32(),
@@ -119,6 +124,7 @@ fn is_budget_administrator() -> bool {
 /// The rows of the dp_budget view: every role for a budget administrator, the session's
 /// login role for anyone else.
 #[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
 fn dp_budget_accounts() -> TableIterator<
     'static,
     (
@@ -126,6 +132,9 @@ fn dp_budget_accounts() -> TableIterator<
         name!(epsilon_limit, Option<f64>),
         name!(epsilon_spent, f64),
         name!(epsilon_remaining, Option<f64>),
+        name!(delta_limit, Option<f64>),
+        name!(delta_spent, f64),
+        name!(delta_remaining, Option<f64>),
     ),
 > {
     if !preloaded() {
@@ -144,6 +153,9 @@ fn dp_budget_accounts() -> TableIterator<
                 account.limit.map(epsilon_of),
                 epsilon_of(account.spent),
                 account.remaining().map(epsilon_of),
+                account.delta_limit.map(delta_of),
+                delta_of(account.delta_spent),
+                account.delta_remaining().map(delta_of),
             )
         })
         .collect();
@@ -187,8 +199,8 @@ fn dp_ledger_entries() -> TableIterator<
                 at(time),
                 Oid::from(role),
                 "limit".into(),
-                limit,
-                None,
+                limit.map(|l| l.epsilon),
+                limit.map(|l| l.delta),
                 None,
                 None,
             ),
@@ -215,10 +227,11 @@ fn dp_ledger_entries() -> TableIterator<
 
 extension_sql!(
     r#"
-REVOKE EXECUTE ON FUNCTION dp_budget_set(regrole, double precision) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION dp_budget_set(regrole, double precision, double precision) FROM PUBLIC;
 
 CREATE VIEW dp_budget AS
-SELECT role::regrole AS role, epsilon_limit, epsilon_spent, epsilon_remaining
+SELECT role::regrole AS role, epsilon_limit, epsilon_spent, epsilon_remaining,
+       delta_limit, delta_spent, delta_remaining
   FROM dp_budget_accounts();
 GRANT SELECT ON dp_budget TO PUBLIC;
 
@@ -227,8 +240,8 @@ SELECT at, role::regrole AS role, kind, epsilon, delta, aggregate, statement
   FROM dp_ledger_entries();
 GRANT SELECT ON dp_ledger TO PUBLIC;
 
-COMMENT ON FUNCTION dp_budget_set(regrole, double precision) IS
-'Sets the total epsilon a role may spend on differentially private aggregates (NULL: no limit); what it has spent is kept. Takes effect at once and is not undone by ROLLBACK. Not executable by PUBLIC: superusers, and roles granted EXECUTE (budget administrators). Needs pg_exp_mech in shared_preload_libraries.';
+COMMENT ON FUNCTION dp_budget_set(regrole, double precision, double precision) IS
+'Sets the total epsilon, and the total delta (default 0: no (epsilon, delta) mechanism), a role may spend on differentially private aggregates (epsilon NULL: no limit); what it has spent is kept. Takes effect at once and is not undone by ROLLBACK. Not executable by PUBLIC: superusers, and roles granted EXECUTE (budget administrators). Needs pg_exp_mech in shared_preload_libraries.';
 COMMENT ON FUNCTION dp_budget_remaining() IS
 'Epsilon left to the session''s login role; NULL when it has no limit.';
 COMMENT ON FUNCTION dp_budget_accounts() IS
@@ -236,9 +249,9 @@ COMMENT ON FUNCTION dp_budget_accounts() IS
 COMMENT ON FUNCTION dp_ledger_entries() IS
 'Rows of the view dp_ledger, for budget administrators only.';
 COMMENT ON VIEW dp_budget IS
-'Privacy budgets: limit, spent and remaining epsilon per role (a role that is not a budget administrator sees its own row).';
+'Privacy budgets: limit, spent and remaining epsilon and delta per role (a role that is not a budget administrator sees its own row).';
 COMMENT ON VIEW dp_ledger IS
-'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement). Budget administrators only.';
+'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement; a limit row gives the epsilon and delta limits). Budget administrators only.';
 "#,
     name = "budget_objects",
     requires = [

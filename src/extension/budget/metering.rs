@@ -1,0 +1,853 @@
+//! Metering from the plan: what a statement is charged follows from its plan and its
+//! parameters, never from its rows (../shared/PRIVACY.md, section 8).
+//!
+//! At `ExecutorStart`, before any row is read, the hook finds every aggregation node that
+//! finalizes a DP aggregate, reads each call's parameters from the plan (so that a
+//! parallel plan's Finalize Aggregate, whose arguments the planner replaced, still knows
+//! them), validates them, and charges the session's login role for all of them at once:
+//!
+//! - one charge per DP aggregate call per node, whatever the number of groups (one row is
+//!   in one group: parallel composition), times the node's grouping sets;
+//! - a node that may run in every process of a parallel plan (a complete aggregation
+//!   below a Gather) is charged once per process that may run it;
+//! - each later loop of a node (a rescan) is charged when it starts, in the process that
+//!   runs it;
+//! - a budgeted role is refused, before any row is read, an instrumented execution
+//!   (EXPLAIN ANALYZE, auto_explain) and window use of DP aggregates.
+//!
+//! The final functions take their parameters from here ([`plan_arguments`]) and refuse to
+//! run in a node this hook did not meter.
+
+use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
+use crate::error::Error;
+use crate::extension::aggregate::State;
+use crate::extension::arguments::{evaluate_fixed, Argument};
+use crate::extension::forms::{Aggregate, Family, AGGREGATES};
+use crate::extension::item_scores::ItemScores;
+use crate::extension::quantile::QuantileState;
+use crate::extension::{raise, OrRaise};
+use crate::parameters;
+use pgrx::pg_sys::{self, Oid};
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_void, CStr};
+use std::rc::Rc;
+
+/// A node that finalizes DP aggregates: its own ExecProcNode, what each loop releases,
+/// and how many loops this process has started.
+struct Meter {
+    original: pg_sys::ExecProcNodeMtd,
+    releases: Vec<Release>,
+    loops: u64,
+}
+
+thread_local! {
+    /// The arguments of each finalizing DP Aggref of the running plans, by address.
+    static ARGUMENTS: RefCell<HashMap<usize, Rc<[Argument]>>> = RefCell::new(HashMap::new());
+    /// The metered nodes of the running plans, by the address of their PlanState.
+    static METERS: RefCell<HashMap<usize, Meter>> = RefCell::new(HashMap::new());
+    /// Which functions are this extension's aggregates, by oid.
+    static IDENTITIES: RefCell<HashMap<Oid, Option<&'static Aggregate>>> =
+        RefCell::new(HashMap::new());
+}
+
+static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
+
+/// Installs the executor hook; called from _PG_init.
+pub fn install_metering() {
+    // SAFETY: _PG_init runs once per process, single-threaded, before any statement
+    // runs: nothing else reads or writes the hooks meanwhile. The callback lives as long
+    // as the library.
+    unsafe {
+        PREVIOUS_EXECUTOR_START = pg_sys::ExecutorStart_hook;
+        pg_sys::ExecutorStart_hook = Some(metered_executor_start);
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::PROCOID as i32,
+            Some(forget_identities),
+            pg_sys::Datum::from(0usize),
+        );
+    }
+}
+
+/// A function was created, changed or dropped: forget which oids are ours.
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_identities(_argument: pg_sys::Datum, _cache: i32, _hash: u32) {
+    IDENTITIES.with(|identities| identities.borrow_mut().clear());
+}
+
+/// The aggregate of this extension that `function` is, if it is one.
+pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
+    if let Some(known) = IDENTITIES.with(|identities| identities.borrow().get(&function).copied()) {
+        return known;
+    }
+    // SAFETY: catalog lookups by oid; a missing function or extension gives NULL or
+    // InvalidOid, which are checked.
+    let identity = unsafe {
+        let name = pg_sys::get_func_name(function);
+        let aggregate = if name.is_null() {
+            None
+        } else {
+            let name = CStr::from_ptr(name).to_bytes();
+            AGGREGATES.iter().find(|a| a.name.as_bytes() == name)
+        };
+        aggregate.filter(|_| {
+            let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
+            extension != pg_sys::InvalidOid
+                && pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, function) == extension
+        })
+    };
+    IDENTITIES.with(|identities| identities.borrow_mut().insert(function, identity));
+    identity
+}
+
+/// The arguments the plan gives the DP aggregate `aggref`, when a metered plan holds it.
+pub fn plan_arguments(aggref: *mut pg_sys::Aggref) -> Option<Rc<[Argument]>> {
+    ARGUMENTS.with(|arguments| arguments.borrow().get(&(aggref as usize)).cloned())
+}
+
+/// Whether `node` (an aggregate's context) is a node this process metered.
+pub fn is_metered(node: *mut c_void) -> bool {
+    METERS.with(|meters| meters.borrow().contains_key(&(node as usize)))
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn metered_executor_start(
+    query: *mut pg_sys::QueryDesc,
+    eflags: std::ffi::c_int,
+) {
+    // SAFETY: PostgreSQL calls the hook with a query descriptor ready to start; the
+    // previous hook takes the same arguments.
+    unsafe {
+        match PREVIOUS_EXECUTOR_START {
+            Some(previous) => previous(query, eflags),
+            None => pg_sys::standard_ExecutorStart(query, eflags),
+        }
+        if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
+            return; // Plain EXPLAIN: nothing runs, nothing is released.
+        }
+        meter(query);
+    }
+}
+
+/// What the walk of a plan found.
+#[derive(Default)]
+struct Found {
+    /// Every release of the plan's first loops, with its multiplicity folded in.
+    releases: Vec<Release>,
+    /// A DP aggregate used as a window function.
+    window: Option<&'static str>,
+    /// The addresses registered for this query, removed when its memory goes.
+    aggrefs: Vec<usize>,
+    nodes: Vec<usize>,
+    visited: HashSet<usize>,
+    estate: *mut pg_sys::EState,
+}
+
+/// # Safety
+/// `query` must be a query descriptor that standard_ExecutorStart has just started.
+unsafe fn meter(query: *mut pg_sys::QueryDesc) {
+    // SAFETY: a started query has its estate and plan state tree.
+    unsafe {
+        let estate = (*query).estate;
+        let planstate = (*query).planstate;
+        if estate.is_null() || planstate.is_null() {
+            return;
+        }
+        let mut found = Found {
+            estate,
+            ..Found::default()
+        };
+        walk(planstate, 1, &mut found);
+        if found.nodes.is_empty() && found.window.is_none() {
+            return;
+        }
+        forget_when_done(
+            estate,
+            std::mem::take(&mut found.aggrefs),
+            std::mem::take(&mut found.nodes),
+        );
+        // Parallel workers run what the leader already paid for (its multiplicity counts
+        // them); they charge only their own rescans.
+        if pg_sys::ParallelWorkerNumber >= 0 {
+            return;
+        }
+        if session_is_budgeted() {
+            if (*estate).es_instrument != 0 {
+                raise(Error::ExplainAnalyzeRefused {
+                    role: role_name(session_role()),
+                });
+            }
+            if let Some(aggregate) = found.window {
+                raise(Error::WindowRefused {
+                    role: role_name(session_role()),
+                    aggregate: aggregate.into(),
+                });
+            }
+        }
+        charge(&found.releases);
+    }
+}
+
+/// Walks `node` and everything under it (subplans included), `copies` being how many
+/// processes may run it.
+///
+/// # Safety
+/// `node` must be a node of a started plan state tree.
+unsafe fn walk(node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
+    // SAFETY: nodes are cast after their tags are checked; their plans are the ones they
+    // were made from.
+    unsafe {
+        if node.is_null() || !found.visited.insert(node as usize) {
+            return;
+        }
+        let plan = (*node).plan;
+        let mut below = copies;
+        if pgrx::is_a(node.cast(), pg_sys::NodeTag::T_AggState) {
+            meter_aggregation(node.cast(), copies, found);
+        } else if pgrx::is_a(node.cast(), pg_sys::NodeTag::T_WindowAggState) {
+            meter_window(node, copies, found);
+        } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_Gather) {
+            let gather = plan as *mut pg_sys::Gather;
+            if !(*gather).single_copy {
+                below = copies.saturating_mul((*gather).num_workers.max(0) as u32 + 1);
+            }
+        } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_GatherMerge) {
+            let gather = plan as *mut pg_sys::GatherMerge;
+            below = copies.saturating_mul((*gather).num_workers.max(0) as u32 + 1);
+        }
+        let mut context = (below, found as *mut Found);
+        pg_sys::planstate_tree_walker(
+            node,
+            Some(walk_child),
+            (&mut context as *mut (u32, *mut Found)).cast(),
+        );
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn walk_child(node: *mut pg_sys::PlanState, context: *mut c_void) -> bool {
+    // SAFETY: the context is the (copies, found) pair `walk` passed, alive during the walk.
+    unsafe {
+        let (copies, found) = *(context as *mut (u32, *mut Found));
+        walk(node, copies, &mut *found);
+    }
+    false
+}
+
+/// Meters an aggregation node that finalizes DP aggregates (a partial one finalizes
+/// nothing: its Finalize Aggregate is metered).
+///
+/// # Safety
+/// `state` must be a started AggState.
+unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &mut Found) {
+    // SAFETY: the Aggrefs of an AggState are its plan's; the plan is an Agg.
+    unsafe {
+        if (*state).aggsplit & pg_sys::AGGSPLITOP_SKIPFINAL != 0 {
+            return;
+        }
+        let plan = (*state).ss.ps.plan as *mut pg_sys::Agg;
+        let evaluations = copies.saturating_mul(grouping_sets(plan));
+        let mut releases = Vec::new();
+        let mut numbers = HashSet::new();
+        for aggref in PgList::<pg_sys::Aggref>::from_pg((*state).aggs).iter_ptr() {
+            let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) else {
+                continue;
+            };
+            if !numbers.insert((*aggref).aggno) {
+                continue; // One state, one final call: one release.
+            }
+            let arguments = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
+                partial_aggref(plan.cast(), aggref)
+                    .map(|partial| evaluate_arguments(partial, found.estate))
+            } else {
+                Some(evaluate_arguments(aggref, found.estate))
+            };
+            let arity = PgList::<pg_sys::Oid>::from_pg((*aggref).aggargtypes).len();
+            let arguments: Rc<[Argument]> =
+                arguments.unwrap_or_else(|| vec![Argument::Unknown; arity].into());
+            let (epsilon, delta) = validate(aggregate, arity, &arguments).or_raise();
+            releases.push(Release {
+                aggregate: aggregate.name,
+                epsilon: epsilon * evaluations as f64,
+                delta: delta * evaluations as f64,
+            });
+            ARGUMENTS.with(|all| all.borrow_mut().insert(aggref as usize, arguments));
+            found.aggrefs.push(aggref as usize);
+        }
+        if !releases.is_empty() {
+            found.releases.extend(releases.iter().cloned());
+            install_meter(&mut (*state).ss.ps, releases, found);
+        }
+    }
+}
+
+/// Meters a window node with DP aggregates used as window functions: charged once per
+/// loop for each, and refused to budgeted roles (each frame is a release).
+///
+/// # Safety
+/// `node` must be a started WindowAggState.
+unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
+    // SAFETY: the plan of a WindowAggState is a WindowAgg, whose target list holds its
+    // WindowFuncs.
+    unsafe {
+        let mut functions: Vec<*mut pg_sys::WindowFunc> = Vec::new();
+        pg_sys::expression_tree_walker(
+            (*(*node).plan).targetlist.cast(),
+            Some(collect_window_functions),
+            (&mut functions as *mut Vec<*mut pg_sys::WindowFunc>).cast(),
+        );
+        let mut releases = Vec::new();
+        for function in functions {
+            let Some(aggregate) = dp_aggregate((*function).winfnoid) else {
+                continue;
+            };
+            found.window = Some(aggregate.name);
+            let arguments: Rc<[Argument]> = PgList::<pg_sys::Expr>::from_pg((*function).args)
+                .iter_ptr()
+                .map(|expression| evaluate_fixed(expression, found.estate, None))
+                .collect();
+            let (epsilon, delta) = validate(aggregate, arguments.len(), &arguments).or_raise();
+            releases.push(Release {
+                aggregate: aggregate.name,
+                epsilon: epsilon * copies as f64,
+                delta: delta * copies as f64,
+            });
+        }
+        if !releases.is_empty() {
+            found.releases.extend(releases.iter().cloned());
+            install_meter(node, releases, found);
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn collect_window_functions(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: the context is the vector meter_window passed; nodes are cast after their
+    // tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if pgrx::is_a(node, pg_sys::NodeTag::T_WindowFunc) {
+            (*(context as *mut Vec<*mut pg_sys::WindowFunc>)).push(node.cast());
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(collect_window_functions), context)
+    }
+}
+
+/// How many grouping sets an aggregation node computes (1 for a plain GROUP BY or none).
+///
+/// # Safety
+/// `plan` must be an Agg plan node.
+unsafe fn grouping_sets(plan: *mut pg_sys::Agg) -> u32 {
+    // SAFETY: an Agg's chain holds Agg nodes; groupingSets are lists.
+    unsafe {
+        let own = PgList::<c_void>::from_pg((*plan).groupingSets).len().max(1);
+        let chained: usize = PgList::<pg_sys::Agg>::from_pg((*plan).chain)
+            .iter_ptr()
+            .map(|agg| PgList::<c_void>::from_pg((*agg).groupingSets).len())
+            .sum();
+        (own + chained) as u32
+    }
+}
+
+/// The partial Aggref whose states a Finalize Aggregate's `aggref` combines: its one
+/// argument is a column of the node below, followed down to the partial aggregation that
+/// computes it.
+///
+/// # Safety
+/// `plan` must be the Finalize Agg holding `aggref`.
+unsafe fn partial_aggref(
+    mut plan: *mut pg_sys::Plan,
+    aggref: *mut pg_sys::Aggref,
+) -> Option<*mut pg_sys::Aggref> {
+    // SAFETY: target lists hold TargetEntries; nodes are cast after their tags are
+    // checked; Append and MergeAppend list their children, whose target lists theirs
+    // mirror.
+    unsafe {
+        let entry = PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args).get_ptr(0)?;
+        let mut expression = (*entry).expr as *mut pg_sys::Node;
+        loop {
+            if pgrx::is_a(expression, pg_sys::NodeTag::T_Aggref) {
+                return Some(expression.cast());
+            }
+            if !pgrx::is_a(expression, pg_sys::NodeTag::T_Var) {
+                return None;
+            }
+            let var = expression as *mut pg_sys::Var;
+            if (*var).varno != pg_sys::OUTER_VAR {
+                return None;
+            }
+            plan = if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_Append) {
+                PgList::<pg_sys::Plan>::from_pg((*(plan as *mut pg_sys::Append)).appendplans)
+                    .get_ptr(0)?
+            } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_MergeAppend) {
+                PgList::<pg_sys::Plan>::from_pg((*(plan as *mut pg_sys::MergeAppend)).mergeplans)
+                    .get_ptr(0)?
+            } else {
+                (*plan).lefttree
+            };
+            if plan.is_null() {
+                return None;
+            }
+            let entry = PgList::<pg_sys::TargetEntry>::from_pg((*plan).targetlist)
+                .get_ptr((*var).varattno as usize - 1)?;
+            expression = (*entry).expr.cast();
+        }
+    }
+}
+
+/// The arguments of `aggref` that do not depend on the rows, evaluated once.
+///
+/// # Safety
+/// `aggref` must be an Aggref of a plan started in `estate`.
+unsafe fn evaluate_arguments(
+    aggref: *mut pg_sys::Aggref,
+    estate: *mut pg_sys::EState,
+) -> Rc<[Argument]> {
+    // SAFETY: an Aggref's arguments are TargetEntries.
+    unsafe {
+        PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args)
+            .iter_ptr()
+            .map(|entry| evaluate_fixed((*entry).expr, estate, None))
+            .collect()
+    }
+}
+
+/// Validates the parameters of one call, before any row: ε and δ (what is charged) must
+/// be known from the plan; the other parameters are checked when they are.
+fn validate(
+    aggregate: &Aggregate,
+    arity: usize,
+    arguments: &[Argument],
+) -> Result<(f64, f64), Error> {
+    let form = aggregate.form(arity);
+    let source = Fixed(arguments);
+    let fixed = |position: usize, name: &'static str| match arguments.get(position) {
+        Some(Argument::Known(value)) => Ok(value.map(|d| f64::from_bits(d.value() as u64))),
+        _ => Err(Error::InvalidParameter {
+            name,
+            value: "an expression of the rows".into(),
+            requirement: "a constant or a parameter of the statement".into(),
+        }),
+    };
+    let epsilon = parameters::epsilon(fixed(form.positions.epsilon, "epsilon")?)?;
+    let delta = match form.positions.delta {
+        Some(position) => parameters::delta(fixed(position, "delta")?)?,
+        None => 0.0,
+    };
+    match aggregate.family {
+        Family::Selection => ItemScores::validate(form, &source)?,
+        Family::Quantile => QuantileState::validate(form, &source)?,
+        Family::Partition => {}
+    }
+    Ok((epsilon, delta))
+}
+
+/// Arguments read from the plan.
+struct Fixed<'a>(&'a [Argument]);
+
+impl crate::extension::aggregate::Source for Fixed<'_> {
+    fn argument(&self, position: usize) -> Argument {
+        self.0.get(position).copied().unwrap_or(Argument::Unknown)
+    }
+}
+
+/// Makes `node` charge `releases` at the start of each loop after the first (the first
+/// is charged by [`meter`]).
+///
+/// # Safety
+/// `node` must be a started node that has not run yet.
+unsafe fn install_meter(node: *mut pg_sys::PlanState, releases: Vec<Release>, found: &mut Found) {
+    // SAFETY: the node has not run, so ExecProcNodeFirst has not yet chosen between
+    // ExecProcNodeReal and the instrumented call: replacing ExecProcNodeReal puts
+    // `metered_exec_proc_node` under both. The Instrumentation (when the query has none)
+    // lives in the query's memory, as long as the node; it times nothing and only tells
+    // when a loop starts (ExecReScan ends its loop).
+    unsafe {
+        if (*node).instrument.is_null() {
+            (*node).instrument = pgrx::PgMemoryContexts::For((*found.estate).es_query_cxt)
+                .switch_to(|_| pg_sys::InstrAlloc(1, 0, false));
+        }
+        let meter = Meter {
+            original: (*node).ExecProcNodeReal,
+            releases,
+            loops: 0,
+        };
+        (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
+        METERS.with(|meters| meters.borrow_mut().insert(node as usize, meter));
+        found.nodes.push(node as usize);
+    }
+}
+
+/// The metered node's ExecProcNode: at the start of each loop after this process's
+/// first, the loop is charged before the node reads a row.
+#[pg_guard]
+unsafe extern "C-unwind" fn metered_exec_proc_node(
+    node: *mut pg_sys::PlanState,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: installed by install_meter on this node, whose instrument it set.
+    let starts_loop = unsafe { !(*(*node).instrument).running };
+    let (original, releases) = METERS.with(|meters| {
+        let mut meters = meters.borrow_mut();
+        let meter = meters
+            .get_mut(&(node as usize))
+            .expect("a metered node has its meter");
+        let mut releases = None;
+        if starts_loop {
+            meter.loops += 1;
+            if meter.loops > 1 {
+                releases = Some(meter.releases.clone());
+            }
+        }
+        (meter.original, releases)
+    });
+    if let Some(releases) = releases {
+        charge(&releases);
+    }
+    let original = original.expect("an executor node has an ExecProcNode");
+    // SAFETY: the node's own ExecProcNode, as ExecInitNode set it.
+    unsafe { original(node) }
+}
+
+/// Forgets this query's entries when its memory goes (at ExecutorEnd, or on error).
+///
+/// # Safety
+/// `estate` must be the query's live executor state.
+unsafe fn forget_when_done(estate: *mut pg_sys::EState, aggrefs: Vec<usize>, nodes: Vec<usize>) {
+    // SAFETY: the callback record is allocated in the context it watches, as
+    // MemoryContextRegisterResetCallback requires; its argument is a leaked Box that the
+    // callback takes back exactly once.
+    unsafe {
+        let memory = (*estate).es_query_cxt;
+        let callback = pg_sys::MemoryContextAlloc(
+            memory,
+            std::mem::size_of::<pg_sys::MemoryContextCallback>(),
+        ) as *mut pg_sys::MemoryContextCallback;
+        let entries = Box::new((aggrefs, nodes));
+        (*callback).func = Some(forget);
+        (*callback).arg = Box::into_raw(entries).cast();
+        (*callback).next = std::ptr::null_mut();
+        pg_sys::MemoryContextRegisterResetCallback(memory, callback);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget(entries: *mut c_void) {
+    // SAFETY: the Box forget_when_done leaked, taken back once.
+    let entries = unsafe { Box::from_raw(entries as *mut (Vec<usize>, Vec<usize>)) };
+    let (aggrefs, nodes) = *entries;
+    ARGUMENTS.with(|all| {
+        let mut all = all.borrow_mut();
+        for aggref in aggrefs {
+            all.remove(&aggref);
+        }
+    });
+    METERS.with(|meters| {
+        let mut meters = meters.borrow_mut();
+        for node in nodes {
+            meters.remove(&node);
+        }
+    });
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use crate::extension::sql_testing::{column, error_of, force_parallel_plans, plan, run};
+    use pgrx::prelude::*;
+
+    /// Runs `query` as `role` (made here, with SELECT on `tables`) and returns the ledger
+    /// lines it added for that role and the ε they add up to. Tests run side by side in
+    /// one cluster: each counts its own role's lines.
+    fn charged(role: &str, query: &str) -> (usize, f64) {
+        let ledger = || {
+            let totals = column(&format!(
+                "SELECT count(*) || ' ' || coalesce(sum(epsilon), 0) FROM dp_ledger
+                  WHERE kind = 'charge' AND role::text = '{role}'"
+            ));
+            let (lines, epsilon) = totals[0].split_once(' ').unwrap();
+            (
+                lines.parse::<usize>().unwrap(),
+                epsilon.parse::<f64>().unwrap(),
+            )
+        };
+        run(&["RESET SESSION AUTHORIZATION"]);
+        let before = ledger();
+        run(&[
+            &format!("SET SESSION AUTHORIZATION {role}"),
+            query,
+            "RESET SESSION AUTHORIZATION",
+        ]);
+        let after = ledger();
+        let epsilon = ((after.1 - before.1) * 1e9).round() / 1e9;
+        (after.0 - before.0, epsilon)
+    }
+
+    /// A role without a budget that may read `tables`.
+    fn role(name: &str, tables: &str) {
+        run(&[
+            &format!("CREATE ROLE {name}"),
+            &format!("GRANT SELECT ON {tables} TO {name}"),
+            &format!("GRANT CREATE ON SCHEMA public TO {name}"),
+        ]);
+    }
+
+    /// A table `name` of 20,000 rows in 1,000 groups g (and 7 groups h), readable by the
+    /// role `name`_analyst.
+    fn grouped_table(name: &str) {
+        run(&[&format!(
+            "CREATE TABLE {name} AS
+               SELECT i % 1000 AS g, i % 7 AS h, (i * 37 % 1001)::float8 AS v
+                 FROM generate_series(1, 20000) i"
+        )]);
+        role(&format!("{name}_analyst"), name);
+    }
+
+    fn grouped(table: &str) -> String {
+        format!("SELECT g, dp_quantile(v, 0.5, 0, 1000, 0.25) FROM {table} GROUP BY g")
+    }
+
+    #[pg_test]
+    fn metering_charges_a_group_by_once_whatever_its_plan() {
+        grouped_table("by_plan");
+        let role = "by_plan_analyst";
+        let grouped_query = grouped("by_plan");
+        let grouped_query = grouped_query.as_str();
+        // Hashed, sorted, hashed and spilled to disk in batches, parallel.
+        for (settings, expect) in [
+            ("SET LOCAL enable_sort = off", "HashAggregate"),
+            ("SET LOCAL enable_hashagg = off", "GroupAggregate"),
+            ("SET LOCAL work_mem = '64kB'", "HashAggregate"),
+        ] {
+            run(&[
+                "RESET enable_sort",
+                "RESET enable_hashagg",
+                "RESET work_mem",
+                settings,
+            ]);
+            assert!(
+                plan(grouped_query).contains(expect),
+                "{settings}: {}",
+                plan(grouped_query)
+            );
+            assert_eq!(charged(role, grouped_query), (1, 0.25), "{settings}");
+        }
+        let spilled = column(&format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {grouped_query}"
+        ));
+        assert!(
+            spilled
+                .iter()
+                .any(|line| line.contains("Batches:") && !line.contains("Batches: 1 ")),
+            "{spilled:?}"
+        );
+        run(&[
+            "RESET enable_sort",
+            "RESET enable_hashagg",
+            "RESET work_mem",
+        ]);
+        force_parallel_plans();
+        assert!(
+            plan(grouped_query).contains("Gather"),
+            "{}",
+            plan(grouped_query)
+        );
+        assert_eq!(charged(role, grouped_query), (1, 0.25), "parallel");
+        // No group at all: the same charge.
+        assert_eq!(
+            charged(role, &format!("{grouped_query} HAVING false")),
+            (1, 0.25)
+        );
+        assert_eq!(
+            charged(
+                role,
+                "SELECT g, dp_quantile(v, 0.5, 0, 1000, 0.25) FROM by_plan WHERE v < 0 GROUP BY g"
+            ),
+            (1, 0.25)
+        );
+    }
+
+    #[pg_test]
+    fn metering_charges_each_grouping_set() {
+        grouped_table("by_sets");
+        let role = "by_sets_analyst";
+        let call = "dp_quantile(v, 0.5, 0, 1000, 0.25)";
+        assert_eq!(
+            charged(
+                role,
+                &format!("SELECT g, h, {call} FROM by_sets GROUP BY GROUPING SETS ((g), (h), ())")
+            ),
+            (1, 0.75)
+        );
+        assert_eq!(
+            charged(
+                role,
+                &format!("SELECT g, h, {call} FROM by_sets GROUP BY ROLLUP (g, h)")
+            ),
+            (1, 0.75)
+        );
+        assert_eq!(
+            charged(
+                role,
+                &format!("SELECT g, h, {call} FROM by_sets GROUP BY CUBE (g, h)")
+            ),
+            (1, 1.0)
+        );
+        // Mixed: some sets hashed, some sorted.
+        run(&["SET LOCAL enable_hashagg = on"]);
+        let mixed = format!("SELECT g, h, {call} FROM by_sets GROUP BY GROUPING SETS ((g), (h))");
+        assert!(
+            plan(&mixed).contains("MixedAggregate") || plan(&mixed).contains("HashAggregate"),
+            "{}",
+            plan(&mixed)
+        );
+        assert_eq!(charged(role, &mixed), (1, 0.5));
+    }
+
+    #[pg_test]
+    fn metering_charges_each_rescan_each_call_and_what_a_cursor_started() {
+        grouped_table("by_loops");
+        let role = "by_loops_analyst";
+        let grouped_query = grouped("by_loops");
+        let grouped_query = grouped_query.as_str();
+        // A correlated subquery, run once per outer row: three loops.
+        assert_eq!(
+            charged(role, "SELECT (SELECT dp_argmax(h, 1, 0.5) FROM by_loops WHERE g > s) FROM generate_series(1, 3) s"),
+            (3, 1.5)
+        );
+        // LATERAL: one loop per outer row, each a plain GROUP BY.
+        assert_eq!(
+            charged(role, "SELECT * FROM generate_series(1, 4) s, LATERAL (SELECT h, dp_quantile(v, 0.5, 0, 1000, 0.125) FROM by_loops WHERE g = s GROUP BY h) q"),
+            (4, 0.5)
+        );
+        // Two calls in one select list, and one view twice.
+        assert_eq!(
+            charged(
+                role,
+                "SELECT dp_argmax(h, 1, 0.5), dp_argmax(h, 1, 0.5) FROM by_loops"
+            ),
+            (2, 1.0)
+        );
+        run(&[
+            "CREATE VIEW top_h WITH (security_barrier) AS SELECT dp_argmax(h, 1, 0.25) FROM by_loops",
+            "GRANT SELECT ON top_h TO by_loops_analyst",
+        ]);
+        assert_eq!(charged(role, "SELECT * FROM top_h a, top_h b"), (2, 0.5));
+        // A cursor closed after one FETCH: what its plan started.
+        assert_eq!(
+            charged(
+                role,
+                &format!("DECLARE c CURSOR FOR {grouped_query}; FETCH 1 FROM c; CLOSE c")
+            ),
+            (1, 0.25)
+        );
+        // A window use (not budgeted here): once per DP window function.
+        assert_eq!(
+            charged(
+                role,
+                "SELECT dp_argmax(h, 1, 0.5) OVER (PARTITION BY g) FROM by_loops LIMIT 1"
+            ),
+            (1, 0.5)
+        );
+        // A plain EXPLAIN runs nothing and charges nothing.
+        assert_eq!(charged(role, &format!("EXPLAIN {grouped_query}")), (0, 0.0));
+    }
+
+    #[pg_test]
+    fn metering_reads_parameters_from_parallel_plans() {
+        run(&[
+            "CREATE ROLE parallel_analyst",
+            "SELECT dp_budget_set('parallel_analyst', 100)",
+            "CREATE TABLE wide AS SELECT i % 3 AS item, (i % 100)::float8 AS v FROM generate_series(1, 30000) i",
+            "GRANT SELECT ON wide TO parallel_analyst",
+        ]);
+        force_parallel_plans();
+        run(&["SET SESSION AUTHORIZATION parallel_analyst"]);
+        let empty = "SELECT dp_argmax(item, 1, 0.5, 1, ARRAY[7, 8]) FROM wide WHERE v > 1000";
+        let plan_text = plan(empty);
+        assert!(
+            plan_text.contains("Finalize Aggregate") && plan_text.contains("Partial"),
+            "{plan_text}"
+        );
+        // Empty input in a parallel plan: the documented answer (a uniform candidate), charged.
+        for _ in 0..20 {
+            let answer = column(&format!("SELECT coalesce(({empty})::text, 'NULL')"));
+            assert!(answer == ["7"] || answer == ["8"], "{answer:?}");
+        }
+        let median = "SELECT dp_quantile(v, 0.5, 0, 100, 1) FROM wide WHERE v > 1000";
+        assert!(plan(median).contains("Finalize Aggregate"));
+        assert_eq!(
+            column(&format!("SELECT (({median}) IS NOT NULL)::text")),
+            ["true"]
+        );
+        assert_eq!(
+            column("SELECT (dp_argmax(item, 1, 0.5) IS NOT NULL)::text FROM wide"),
+            ["true"]
+        );
+        assert_eq!(
+            column("SELECT epsilon_spent::text FROM dp_budget"),
+            ["11.5"]
+        );
+        run(&["RESET SESSION AUTHORIZATION"]);
+    }
+
+    #[pg_test]
+    fn metering_refuses_window_use_and_unmetered_epsilon() {
+        run(&[
+            "CREATE ROLE window_analyst",
+            "SELECT dp_budget_set('window_analyst', 10)",
+            "CREATE TABLE w AS SELECT i % 3 AS item FROM generate_series(1, 100) i",
+            "GRANT SELECT ON w TO window_analyst",
+            "SET SESSION AUTHORIZATION window_analyst",
+        ]);
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 0.5) OVER () FROM w WHERE false"),
+            "42501: dp_argmax cannot be used as a window function by role \"window_analyst\", which has a privacy budget: each frame would be a release; aggregate with GROUP BY instead"
+        );
+        assert_eq!(column("SELECT epsilon_spent::text FROM dp_budget"), ["0"]);
+        run(&["RESET SESSION AUTHORIZATION"]);
+    }
+
+    #[pg_test]
+    fn metering_limits_delta_beside_epsilon() {
+        run(&[
+            "CREATE ROLE delta_analyst",
+            "SELECT dp_budget_set('delta_analyst', 10, 2.5e-6)",
+            "CREATE TABLE d AS SELECT i % 3 AS item FROM generate_series(1, 100) i",
+            "GRANT SELECT ON d TO delta_analyst",
+            "SET SESSION AUTHORIZATION delta_analyst",
+        ]);
+        let query = "SELECT dp_top_k_unknown_domain(item, 1, 1, 0.1, 1e-6) FROM d";
+        run(&[query, query]);
+        assert_eq!(
+            error_of(query),
+            "53400: privacy budget of role \"delta_analyst\" exceeded: dp_top_k_unknown_domain needs delta 1e-06, 5e-07 of 2.5e-06 remain"
+        );
+        assert_eq!(
+            column(
+                "SELECT epsilon_spent || ' ' || delta_spent || ' ' || delta_limit FROM dp_budget"
+            ),
+            ["0.2 2e-06 2.5e-06"]
+        );
+        // A budget set without delta allows none: (epsilon, delta) mechanisms are refused.
+        run(&[
+            "RESET SESSION AUTHORIZATION",
+            "SELECT dp_budget_set('delta_analyst', 10)",
+            "SET SESSION AUTHORIZATION delta_analyst",
+        ]);
+        assert!(error_of(query).starts_with("53400: privacy budget of role \"delta_analyst\" exceeded: dp_top_k_unknown_domain needs delta 1e-06, 0 of 0 remain"));
+        // Pure epsilon-DP aggregates need no delta.
+        assert_eq!(
+            column("SELECT (dp_argmax(item, 1, 0.5) IS NOT NULL)::text FROM d"),
+            ["true"]
+        );
+        run(&["RESET SESSION AUTHORIZATION"]);
+    }
+}
