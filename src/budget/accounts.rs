@@ -6,7 +6,7 @@
 //! one step for every session.
 
 use super::file::LEDGER_PATH;
-use super::ledger::{delta_of, epsilon_of, Account, Charge, Cost, Limit, Record};
+use super::ledger::{Account, Charge, Cost, Limit, Record, DELTA, EPSILON};
 use crate::error::Error;
 
 /// One role's account.
@@ -87,8 +87,8 @@ impl Refusal {
                 role: role_name(),
                 aggregate,
                 epsilon,
-                remaining: epsilon_of(remaining),
-                limit: epsilon_of(limit),
+                remaining: EPSILON.amount(remaining),
+                limit: EPSILON.amount(limit),
             },
             Refusal::DeltaExceeded {
                 aggregate,
@@ -99,8 +99,8 @@ impl Refusal {
                 role: role_name(),
                 aggregate,
                 delta,
-                remaining: delta_of(remaining),
-                limit: delta_of(limit),
+                remaining: DELTA.amount(remaining),
+                limit: DELTA.amount(limit),
             },
             Refusal::Write { reason } => Error::LedgerWrite { reason },
         }
@@ -202,7 +202,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         if !account.allows(cost.epsilon) {
             return Err(Refusal::Exceeded {
                 aggregate: name(|c| c.epsilon),
-                epsilon: epsilon_of(cost.epsilon),
+                epsilon: EPSILON.amount(cost.epsilon),
                 remaining: account.remaining().unwrap_or(0),
                 limit: account.limit.unwrap_or(0),
             });
@@ -210,7 +210,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         if !account.allows_delta(cost.delta) {
             return Err(Refusal::DeltaExceeded {
                 aggregate: name(|c| c.delta),
-                delta: delta_of(cost.delta),
+                delta: DELTA.amount(cost.delta),
                 remaining: account.delta_remaining().unwrap_or(0),
                 limit: account.delta_limit.unwrap_or(0),
             });
@@ -281,7 +281,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::ledger::{charge_units, delta_limit_units, limit_units, Budget};
+    use crate::budget::ledger::Budget;
 
     fn charge(role: u32, epsilon: f64) -> Charge {
         Charge {
@@ -329,7 +329,7 @@ mod tests {
         assert_eq!(log, [true, false], "durable only where a limit is at stake");
         assert_eq!(
             accounts.get(10).unwrap().remaining(),
-            Some(limit_units(0.75))
+            Some(EPSILON.limit(0.75))
         );
         assert_eq!(accounts.get(11).unwrap().limit, None);
         assert_eq!(
@@ -359,7 +359,7 @@ mod tests {
             "privacy budget of role \"analyst\" exceeded: dp_quantile needs epsilon 0.25, 0.1 of 0.6 remain"
         );
         assert_eq!(refusal.error(String::new).sqlstate(), "53400");
-        assert_eq!(accounts.get(10).unwrap().spent, 2 * charge_units(0.25));
+        assert_eq!(accounts.get(10).unwrap().spent, 2 * EPSILON.charge(0.25));
     }
 
     #[test]
@@ -387,7 +387,7 @@ mod tests {
         );
         assert_eq!(
             accounts.get(10).unwrap().remaining(),
-            Some(limit_units(0.5))
+            Some(EPSILON.limit(0.5))
         );
     }
 
@@ -417,11 +417,11 @@ mod tests {
         let account = accounts.get(10).unwrap();
         assert_eq!(
             account.delta_remaining(),
-            Some(delta_limit_units(1e-6) - 600_000_000_000)
+            Some(DELTA.limit(1e-6) - 600_000_000_000)
         );
         assert_eq!(
             account.remaining(),
-            Some(limit_units(100.0) - charge_units(0.1))
+            Some(EPSILON.limit(100.0) - EPSILON.charge(0.1))
         );
     }
 
@@ -510,7 +510,7 @@ mod tests {
         assert!(accounts
             .set_limit(&limit(1, None), || Err("disk full".into()))
             .is_err());
-        assert_eq!(accounts.get(1).unwrap().limit, Some(limit_units(1.0)));
+        assert_eq!(accounts.get(1).unwrap().limit, Some(EPSILON.limit(1.0)));
     }
 
     #[test]

@@ -8,37 +8,30 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-const UNITS_PER_EPSILON: f64 = 1e12;
-const UNITS_PER_DELTA: f64 = 1e18;
+/// Integer units of an amount: charges rounded up, limits rounded down.
+#[derive(Debug, Clone, Copy)]
+pub struct Scale(f64);
 
-/// The units a charge of ε costs (rounded up).
-pub fn charge_units(epsilon: f64) -> u64 {
-    (epsilon * UNITS_PER_EPSILON).ceil() as u64
-}
+/// ε in units of 1e-12.
+pub const EPSILON: Scale = Scale(1e12);
+/// δ in units of 1e-18 (a δ of 1e-10 is 10^8 units; u64 holds up to 18).
+pub const DELTA: Scale = Scale(1e18);
 
-/// The units a limit of ε allows (rounded down).
-pub fn limit_units(epsilon: f64) -> u64 {
-    (epsilon * UNITS_PER_EPSILON).floor() as u64
-}
+impl Scale {
+    /// The units a charge of `amount` costs (rounded up).
+    pub fn charge(self, amount: f64) -> u64 {
+        (amount * self.0).ceil() as u64
+    }
 
-/// ε of `units`.
-pub fn epsilon_of(units: u64) -> f64 {
-    units as f64 / UNITS_PER_EPSILON
-}
+    /// The units a limit of `amount` allows (rounded down).
+    pub fn limit(self, amount: f64) -> u64 {
+        (amount * self.0).floor() as u64
+    }
 
-/// The units a charge of δ costs (rounded up).
-pub fn delta_charge_units(delta: f64) -> u64 {
-    (delta * UNITS_PER_DELTA).ceil() as u64
-}
-
-/// The units a limit of δ allows (rounded down).
-pub fn delta_limit_units(delta: f64) -> u64 {
-    (delta * UNITS_PER_DELTA).floor() as u64
-}
-
-/// δ of `units`.
-pub fn delta_of(units: u64) -> f64 {
-    units as f64 / UNITS_PER_DELTA
+    /// The amount of `units`.
+    pub fn amount(self, units: u64) -> f64 {
+        units as f64 / self.0
+    }
 }
 
 /// One line of the ledger.
@@ -176,8 +169,8 @@ pub struct Cost {
 impl Cost {
     pub fn of(charge: &Charge) -> Self {
         Cost {
-            epsilon: charge_units(charge.epsilon),
-            delta: delta_charge_units(charge.delta),
+            epsilon: EPSILON.charge(charge.epsilon),
+            delta: DELTA.charge(charge.delta),
         }
     }
 
@@ -193,8 +186,8 @@ impl Account {
     pub fn apply(&mut self, record: &Record) {
         match record {
             Record::Limit(Limit { limit, .. }) => {
-                self.limit = limit.map(|l| limit_units(l.epsilon));
-                self.delta_limit = limit.map(|l| delta_limit_units(l.delta));
+                self.limit = limit.map(|l| EPSILON.limit(l.epsilon));
+                self.delta_limit = limit.map(|l| DELTA.limit(l.delta));
             }
             Record::Charge(charge) => {
                 let cost = Cost::of(charge);
@@ -337,15 +330,15 @@ mod tests {
         let mut account = Account::default();
         account.apply(&limit(1, Some(1.0)));
         for _ in 0..10 {
-            assert!(account.allows(charge_units(0.1)));
+            assert!(account.allows(EPSILON.charge(0.1)));
             account.apply(&charge(1, 0.1));
         }
         assert_eq!(account.remaining(), Some(0));
-        assert!(!account.allows(charge_units(1e-12)));
+        assert!(!account.allows(EPSILON.charge(1e-12)));
         let mut thirds = Account::default();
         thirds.apply(&limit(1, Some(0.3)));
         for _ in 0..3 {
-            assert!(thirds.allows(charge_units(0.1)));
+            assert!(thirds.allows(EPSILON.charge(0.1)));
             thirds.apply(&charge(1, 0.1));
         }
     }
@@ -354,7 +347,7 @@ mod tests {
     fn delta_is_limited_beside_epsilon() {
         let mut account = Account::default();
         account.apply(&limit(1, Some(10.0)));
-        assert_eq!(account.delta_remaining(), Some(delta_limit_units(1e-6)));
+        assert_eq!(account.delta_remaining(), Some(DELTA.limit(1e-6)));
         let spend = |delta| {
             Record::Charge(Charge {
                 time: 1,
@@ -369,19 +362,19 @@ mod tests {
             account.apply(&spend(2.5e-7));
         }
         assert_eq!(account.delta_remaining(), Some(0));
-        assert!(!account.allows_delta(delta_charge_units(1e-18)));
+        assert!(!account.allows_delta(DELTA.charge(1e-18)));
         assert!(account.allows_delta(0), "pure epsilon-DP needs no delta");
-        assert_eq!(account.remaining(), Some(limit_units(9.6)));
+        assert_eq!(account.remaining(), Some(EPSILON.limit(9.6)));
     }
 
     #[test]
     fn a_limit_keeps_what_was_spent() {
         let mut account = Account::default();
         account.apply(&charge(1, 2.0));
-        assert!(account.allows(charge_units(1e6)), "no limit, no refusal");
+        assert!(account.allows(EPSILON.charge(1e6)), "no limit, no refusal");
         account.apply(&limit(1, Some(2.5)));
-        assert_eq!(account.remaining(), Some(limit_units(0.5)));
-        assert!(!account.allows(charge_units(0.6)));
+        assert_eq!(account.remaining(), Some(EPSILON.limit(0.5)));
+        assert!(!account.allows(EPSILON.charge(0.6)));
         account.apply(&limit(1, Some(1.0)));
         assert_eq!(account.remaining(), Some(0));
     }
@@ -397,13 +390,13 @@ mod tests {
         text += "charge\t9\t1\t0.2";
         assert_eq!(complete_lines(&text).len(), complete);
         let accounts = replay(&parse(complete_lines(&text)).unwrap());
-        assert_eq!(accounts[&1].spent, charge_units(0.5));
-        assert_eq!(accounts[&1].limit, Some(limit_units(1.0)));
+        assert_eq!(accounts[&1].spent, EPSILON.charge(0.5));
+        assert_eq!(accounts[&1].limit, Some(EPSILON.limit(1.0)));
         assert_eq!(
             accounts[&2],
             Account {
                 limit: None,
-                spent: charge_units(0.5),
+                spent: EPSILON.charge(0.5),
                 delta_limit: None,
                 delta_spent: 0,
             }

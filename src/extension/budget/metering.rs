@@ -139,10 +139,33 @@ struct Found {
     /// A DP aggregate used as a window function.
     window: Option<&'static str>,
     /// The addresses registered for this query, removed when its memory goes.
-    aggrefs: Vec<usize>,
-    nodes: Vec<usize>,
+    registered: Option<*mut Registered>,
+    /// Whether a node was metered.
+    metered: bool,
     visited: HashSet<usize>,
     estate: *mut pg_sys::EState,
+}
+
+/// The addresses a query registered in ARGUMENTS and METERS.
+#[derive(Default)]
+struct Registered {
+    aggrefs: Vec<usize>,
+    nodes: Vec<usize>,
+}
+
+impl Found {
+    /// Where to note what this query registers, forgotten with the query's memory (at
+    /// ExecutorEnd, or on error, even one raised during this walk).
+    fn registered(&mut self) -> &mut Registered {
+        let estate = self.estate;
+        // SAFETY: the record is the one forget_when_done leaked for this query, alive
+        // until the query's memory goes, after this walk.
+        unsafe {
+            &mut **self
+                .registered
+                .get_or_insert_with(|| forget_when_done(estate))
+        }
+    }
 }
 
 /// # Safety
@@ -160,14 +183,9 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
             ..Found::default()
         };
         walk(planstate, 1, &mut found);
-        if found.nodes.is_empty() && found.window.is_none() {
+        if !found.metered {
             return;
         }
-        forget_when_done(
-            estate,
-            std::mem::take(&mut found.aggrefs),
-            std::mem::take(&mut found.nodes),
-        );
         // Parallel workers run what the leader already paid for (its multiplicity counts
         // them); they charge only their own rescans.
         if pg_sys::ParallelWorkerNumber >= 0 {
@@ -274,7 +292,7 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
                 delta: delta * evaluations as f64,
             });
             ARGUMENTS.with(|all| all.borrow_mut().insert(aggref as usize, arguments));
-            found.aggrefs.push(aggref as usize);
+            found.registered().aggrefs.push(aggref as usize);
         }
         if !releases.is_empty() {
             found.releases.extend(releases.iter().cloned());
@@ -482,7 +500,8 @@ unsafe fn install_meter(node: *mut pg_sys::PlanState, releases: Vec<Release>, fo
         };
         (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
         METERS.with(|meters| meters.borrow_mut().insert(node as usize, meter));
-        found.nodes.push(node as usize);
+        found.registered().nodes.push(node as usize);
+        found.metered = true;
     }
 }
 
@@ -516,11 +535,12 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
     unsafe { original(node) }
 }
 
-/// Forgets this query's entries when its memory goes (at ExecutorEnd, or on error).
+/// A record of what this query registers, whose entries are forgotten when the query's
+/// memory goes (at ExecutorEnd, or on error).
 ///
 /// # Safety
 /// `estate` must be the query's live executor state.
-unsafe fn forget_when_done(estate: *mut pg_sys::EState, aggrefs: Vec<usize>, nodes: Vec<usize>) {
+unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
     // SAFETY: the callback record is allocated in the context it watches, as
     // MemoryContextRegisterResetCallback requires; its argument is a leaked Box that the
     // callback takes back exactly once.
@@ -530,19 +550,19 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState, aggrefs: Vec<usize>, nod
             memory,
             std::mem::size_of::<pg_sys::MemoryContextCallback>(),
         ) as *mut pg_sys::MemoryContextCallback;
-        let entries = Box::new((aggrefs, nodes));
+        let registered = Box::into_raw(Box::<Registered>::default());
         (*callback).func = Some(forget);
-        (*callback).arg = Box::into_raw(entries).cast();
+        (*callback).arg = registered.cast();
         (*callback).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback(memory, callback);
+        registered
     }
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget(entries: *mut c_void) {
     // SAFETY: the Box forget_when_done leaked, taken back once.
-    let entries = unsafe { Box::from_raw(entries as *mut (Vec<usize>, Vec<usize>)) };
-    let (aggrefs, nodes) = *entries;
+    let Registered { aggrefs, nodes } = *unsafe { Box::from_raw(entries as *mut Registered) };
     ARGUMENTS.with(|all| {
         let mut all = all.borrow_mut();
         for aggref in aggrefs {

@@ -4,7 +4,7 @@
 use super::charge::{now, role_name, session_role};
 use super::shared::{preloaded, ACCOUNTS, LEDGER};
 use crate::budget::file::{LedgerFile, LEDGER_PATH};
-use crate::budget::ledger::{delta_of, epsilon_of, Budget, Charge, Limit, Record};
+use crate::budget::ledger::{Budget, Charge, Limit, Record, DELTA, EPSILON};
 use crate::error::Error;
 use crate::extension::{raise, OrRaise};
 use pgrx::callconv::{Arg, ArgAbi};
@@ -103,7 +103,7 @@ fn dp_budget_remaining() -> Option<f64> {
         return None;
     }
     let remaining = ACCOUNTS.share().accounts.get(session_role())?.remaining()?;
-    Some(epsilon_of(remaining))
+    Some(EPSILON.amount(remaining))
 }
 
 /// Whether the current role is a budget administrator: a role that may execute
@@ -150,12 +150,12 @@ fn dp_budget_accounts() -> TableIterator<
         .map(|(role, account)| {
             (
                 Oid::from(role),
-                account.limit.map(epsilon_of),
-                epsilon_of(account.spent),
-                account.remaining().map(epsilon_of),
-                account.delta_limit.map(delta_of),
-                delta_of(account.delta_spent),
-                account.delta_remaining().map(delta_of),
+                account.limit.map(|units| EPSILON.amount(units)),
+                EPSILON.amount(account.spent),
+                account.remaining().map(|units| EPSILON.amount(units)),
+                account.delta_limit.map(|units| DELTA.amount(units)),
+                DELTA.amount(account.delta_spent),
+                account.delta_remaining().map(|units| DELTA.amount(units)),
             )
         })
         .collect();
