@@ -221,26 +221,56 @@ unsafe fn walk(node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
             return;
         }
         let plan = (*node).plan;
-        let mut below = copies;
+        // A Gather's workers run a copy of the nodes under it each: (workers planned,
+        // workers per loop), the second 1 for a single-copy Gather.
+        let gather = if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_Gather) {
+            let gather = plan as *mut pg_sys::Gather;
+            let workers = (*gather).num_workers.max(0) as u32;
+            Some(if (*gather).single_copy {
+                (0, 1)
+            } else {
+                (workers, workers)
+            })
+        } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_GatherMerge) {
+            let workers = (*(plan as *mut pg_sys::GatherMerge)).num_workers.max(0) as u32;
+            Some((workers, workers))
+        } else {
+            None
+        };
         if pgrx::is_a(node.cast(), pg_sys::NodeTag::T_AggState) {
             meter_aggregation(node.cast(), copies, found);
         } else if pgrx::is_a(node.cast(), pg_sys::NodeTag::T_WindowAggState) {
             meter_window(node, copies, found);
-        } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_Gather) {
-            let gather = plan as *mut pg_sys::Gather;
-            if !(*gather).single_copy {
-                below = copies.saturating_mul((*gather).num_workers.max(0) as u32 + 1);
-            }
-        } else if pgrx::is_a(plan.cast(), pg_sys::NodeTag::T_GatherMerge) {
-            let gather = plan as *mut pg_sys::GatherMerge;
-            below = copies.saturating_mul((*gather).num_workers.max(0) as u32 + 1);
         }
+        let below = match gather {
+            Some((workers, _)) => copies.saturating_mul(workers + 1),
+            None => copies,
+        };
+        let first = found.releases.len();
         let mut context = (below, found as *mut Found);
         pg_sys::planstate_tree_walker(
             node,
             Some(walk_child),
             (&mut context as *mut (u32, *mut Found)).cast(),
         );
+        // DP aggregates finalized in the workers (complete aggregations under a Gather,
+        // not partial ones): the first loop is paid above, with the workers counted; each
+        // later loop of the Gather starts new workers, paid for at its start. The leader's
+        // own copy pays its own later loops.
+        if let Some((_, per_loop)) = gather {
+            let scale = per_loop as f64 / below as f64 * copies as f64;
+            let workers: Vec<Release> = found.releases[first..]
+                .iter()
+                .map(|release| Release {
+                    aggregate: release.aggregate,
+                    epsilon: release.epsilon * scale,
+                    delta: release.delta * scale,
+                })
+                .collect();
+            if per_loop > 0 && !workers.is_empty() {
+                install_meter(node, workers, found);
+            }
+        }
     }
 }
 
@@ -778,6 +808,35 @@ mod tests {
         );
         // A plain EXPLAIN runs nothing and charges nothing.
         assert_eq!(charged(role, &format!("EXPLAIN {grouped_query}")), (0, 0.0));
+    }
+
+    #[pg_test]
+    fn metering_charges_each_process_that_finalizes_a_copy() {
+        run(&[
+            "CREATE TABLE probed AS SELECT (i % 3)::int AS x FROM generate_series(1, 300000) i",
+            "CREATE TABLE probing AS SELECT (i % 3)::int AS x FROM generate_series(1, 100) i",
+            "ANALYZE probed",
+            "ANALYZE probing",
+        ]);
+        role("copies_analyst", "probed, probing");
+        force_parallel_plans();
+        run(&["SET LOCAL enable_parallel_hash = off"]);
+        // The inner side of a parallel hash join is built in full by every process: each
+        // of them finalizes its own dp_argmax, a release each.
+        let query = "SELECT count(*) FROM probed b
+                       JOIN (SELECT dp_argmax(x, 1, 0.5) AS w FROM probing) s ON b.x = s.w";
+        let plan_text = plan(query);
+        let gather = plan_text.find("Gather").expect("a parallel plan");
+        assert!(
+            plan_text[gather..].contains("  ->  Aggregate"),
+            "{plan_text}"
+        );
+        assert!(plan_text.contains("Workers Planned: 2"), "{plan_text}");
+        assert_eq!(
+            charged("copies_analyst", query),
+            (1, 1.5),
+            "workers planned + 1"
+        );
     }
 
     #[pg_test]
