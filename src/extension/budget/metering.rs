@@ -20,7 +20,7 @@
 
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
 use crate::error::Error;
-use crate::extension::aggregate::State;
+use crate::extension::aggregate::{Source, State};
 use crate::extension::arguments::{evaluate_fixed, Argument};
 use crate::extension::forms::{Aggregate, Family, AGGREGATES};
 use crate::extension::item_scores::ItemScores;
@@ -39,8 +39,33 @@ use std::rc::Rc;
 /// and how many loops this process has started.
 struct Meter {
     original: pg_sys::ExecProcNodeMtd,
+    /// Known when the plan started: the first loop is paid then, each later one at its
+    /// start.
     releases: Vec<Release>,
+    /// ε or δ set by the outer row of each loop (a correlated subquery's parameter):
+    /// evaluated and paid at the start of every loop, the first included.
+    per_loop: Vec<LoopCall>,
     loops: u64,
+}
+
+/// A DP aggregate call whose ε or δ is a parameter of the loop.
+struct LoopCall {
+    aggregate: &'static Aggregate,
+    arity: usize,
+    /// The call's argument expressions (the partial aggregation's, in a parallel plan).
+    expressions: Vec<*mut pg_sys::Expr>,
+    /// Grouping sets times processes.
+    evaluations: u32,
+}
+
+/// What the plan says of one call's ε and δ.
+enum Cost {
+    Known {
+        epsilon: f64,
+        delta: f64,
+    },
+    /// Set by each loop's outer row: read at the start of each loop.
+    PerLoop,
 }
 
 thread_local! {
@@ -268,7 +293,7 @@ unsafe fn walk(node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
                 })
                 .collect();
             if per_loop > 0 && !workers.is_empty() {
-                install_meter(node, workers, found);
+                install_meter(node, workers, Vec::new(), found);
             }
         }
     }
@@ -298,6 +323,7 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
         let plan = (*state).ss.ps.plan as *mut pg_sys::Agg;
         let evaluations = copies.saturating_mul(grouping_sets(plan));
         let mut releases = Vec::new();
+        let mut per_loop = Vec::new();
         let mut numbers = HashSet::new();
         for aggref in PgList::<pg_sys::Aggref>::from_pg((*state).aggs).iter_ptr() {
             let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) else {
@@ -306,27 +332,46 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             if !numbers.insert((*aggref).aggno) {
                 continue; // One state, one final call: one release.
             }
-            let arguments = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
+            let source = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
                 partial_aggref(plan.cast(), aggref)
-                    .map(|partial| evaluate_arguments(partial, found.estate))
             } else {
-                Some(evaluate_arguments(aggref, found.estate))
+                Some(aggref)
             };
             let arity = PgList::<pg_sys::Oid>::from_pg((*aggref).aggargtypes).len();
-            let arguments: Rc<[Argument]> =
-                arguments.unwrap_or_else(|| vec![Argument::Unknown; arity].into());
-            let (epsilon, delta) = validate(aggregate, arity, &arguments).or_raise();
-            releases.push(Release {
-                aggregate: aggregate.name,
-                epsilon: epsilon * evaluations as f64,
-                delta: delta * evaluations as f64,
-            });
-            ARGUMENTS.with(|all| all.borrow_mut().insert(aggref as usize, arguments));
+            let expressions: Vec<*mut pg_sys::Expr> = match source {
+                Some(source) => PgList::<pg_sys::TargetEntry>::from_pg((*source).args)
+                    .iter_ptr()
+                    .map(|entry| (*entry).expr)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let arguments: Rc<[Argument]> = if expressions.is_empty() {
+                vec![Argument::Unknown; arity].into()
+            } else {
+                expressions
+                    .iter()
+                    .map(|&expression| evaluate_fixed(expression, found.estate, None))
+                    .collect()
+            };
             found.registered().aggrefs.push(aggref as usize);
+            match cost(aggregate, arity, &arguments, &expressions).or_raise() {
+                Cost::Known { epsilon, delta } => releases.push(Release {
+                    aggregate: aggregate.name,
+                    epsilon: epsilon * evaluations as f64,
+                    delta: delta * evaluations as f64,
+                }),
+                Cost::PerLoop => per_loop.push(LoopCall {
+                    aggregate,
+                    arity,
+                    expressions,
+                    evaluations,
+                }),
+            }
+            ARGUMENTS.with(|all| all.borrow_mut().insert(aggref as usize, arguments));
         }
-        if !releases.is_empty() {
+        if !releases.is_empty() || !per_loop.is_empty() {
             found.releases.extend(releases.iter().cloned());
-            install_meter(&mut (*state).ss.ps, releases, found);
+            install_meter(&mut (*state).ss.ps, releases, per_loop, found);
         }
     }
 }
@@ -347,25 +392,37 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
             (&mut functions as *mut Vec<*mut pg_sys::WindowFunc>).cast(),
         );
         let mut releases = Vec::new();
+        let mut per_loop = Vec::new();
         for function in functions {
             let Some(aggregate) = dp_aggregate((*function).winfnoid) else {
                 continue;
             };
             found.window = Some(aggregate.name);
-            let arguments: Rc<[Argument]> = PgList::<pg_sys::Expr>::from_pg((*function).args)
-                .iter_ptr()
-                .map(|expression| evaluate_fixed(expression, found.estate, None))
+            let expressions: Vec<*mut pg_sys::Expr> =
+                PgList::<pg_sys::Expr>::from_pg((*function).args)
+                    .iter_ptr()
+                    .collect();
+            let arguments: Vec<Argument> = expressions
+                .iter()
+                .map(|&expression| evaluate_fixed(expression, found.estate, None))
                 .collect();
-            let (epsilon, delta) = validate(aggregate, arguments.len(), &arguments).or_raise();
-            releases.push(Release {
-                aggregate: aggregate.name,
-                epsilon: epsilon * copies as f64,
-                delta: delta * copies as f64,
-            });
+            match cost(aggregate, arguments.len(), &arguments, &expressions).or_raise() {
+                Cost::Known { epsilon, delta } => releases.push(Release {
+                    aggregate: aggregate.name,
+                    epsilon: epsilon * copies as f64,
+                    delta: delta * copies as f64,
+                }),
+                Cost::PerLoop => per_loop.push(LoopCall {
+                    aggregate,
+                    arity: expressions.len(),
+                    expressions,
+                    evaluations: copies,
+                }),
+            }
         }
-        if !releases.is_empty() {
+        if !releases.is_empty() || !per_loop.is_empty() {
             found.releases.extend(releases.iter().cloned());
-            install_meter(node, releases, found);
+            install_meter(node, releases, per_loop, found);
         }
     }
 }
@@ -451,43 +508,81 @@ unsafe fn partial_aggref(
     }
 }
 
-/// The arguments of `aggref` that do not depend on the rows, evaluated once.
+/// What one call is charged, from its arguments as the plan gives them, after checking
+/// them (before any row): ε and δ must be constants or parameters of the statement, or
+/// parameters of the loop (then read at each loop's start); the other parameters are
+/// checked when they are known.
 ///
 /// # Safety
-/// `aggref` must be an Aggref of a plan started in `estate`.
-unsafe fn evaluate_arguments(
-    aggref: *mut pg_sys::Aggref,
-    estate: *mut pg_sys::EState,
-) -> Rc<[Argument]> {
-    // SAFETY: an Aggref's arguments are TargetEntries.
-    unsafe {
-        PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args)
-            .iter_ptr()
-            .map(|entry| evaluate_fixed((*entry).expr, estate, None))
-            .collect()
+/// `expressions` must be the call's argument expressions (or empty when unknown).
+unsafe fn cost(
+    aggregate: &Aggregate,
+    arity: usize,
+    arguments: &[Argument],
+    expressions: &[*mut pg_sys::Expr],
+) -> Result<Cost, Error> {
+    let form = aggregate.form(arity);
+    let charged = [Some(form.positions.epsilon), form.positions.delta];
+    let unknown = charged
+        .into_iter()
+        .flatten()
+        .filter(|&position| !matches!(arguments.get(position), Some(Argument::Known(_))))
+        .collect::<Vec<_>>();
+    if unknown.is_empty() {
+        return release_of(aggregate, arity, arguments)
+            .map(|(epsilon, delta)| Cost::Known { epsilon, delta });
+    }
+    let per_loop = unknown.iter().all(|&position| {
+        expressions.get(position).is_some_and(|&expression| {
+            // SAFETY: one of the call's argument expressions, as the caller guarantees.
+            unsafe { is_loop_parameter(expression) }
+        })
+    });
+    if per_loop {
+        Ok(Cost::PerLoop)
+    } else {
+        let position = unknown[0];
+        Err(Error::InvalidParameter {
+            name: if position == form.positions.epsilon {
+                "epsilon"
+            } else {
+                "delta"
+            },
+            value: "an expression of the rows".into(),
+            requirement: "a constant or a parameter of the statement".into(),
+        })
     }
 }
 
-/// Validates the parameters of one call, before any row: ε and δ (what is charged) must
-/// be known from the plan; the other parameters are checked when they are.
-fn validate(
+/// Whether an expression is the same on every row of a loop: no column, aggregate,
+/// subquery or volatile function, only constants and parameters (of the statement, or set
+/// by the outer row of a correlated subquery or by an init-plan).
+///
+/// # Safety
+/// `expression` must be a valid expression node.
+unsafe fn is_loop_parameter(expression: *mut pg_sys::Expr) -> bool {
+    let node = expression as *mut pg_sys::Node;
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        !pg_sys::contain_var_clause(node)
+            && !pg_sys::contain_agg_clause(node)
+            && !pg_sys::contain_subplans(node)
+            && !pg_sys::contain_volatile_functions(node)
+    }
+}
+
+/// ε and δ of one call whose charged parameters are known, after checking every
+/// parameter that is.
+fn release_of(
     aggregate: &Aggregate,
     arity: usize,
     arguments: &[Argument],
 ) -> Result<(f64, f64), Error> {
     let form = aggregate.form(arity);
     let source = Fixed(arguments);
-    let fixed = |position: usize, name: &'static str| match arguments.get(position) {
-        Some(Argument::Known(value)) => Ok(value.map(|d| f64::from_bits(d.value() as u64))),
-        _ => Err(Error::InvalidParameter {
-            name,
-            value: "an expression of the rows".into(),
-            requirement: "a constant or a parameter of the statement".into(),
-        }),
-    };
-    let epsilon = parameters::epsilon(fixed(form.positions.epsilon, "epsilon")?)?;
+    let epsilon = parameters::epsilon(source.float(form.positions.epsilon).flatten())?;
     let delta = match form.positions.delta {
-        Some(position) => parameters::delta(fixed(position, "delta")?)?,
+        Some(position) => parameters::delta(source.float(position).flatten())?,
         None => 0.0,
     };
     match aggregate.family {
@@ -501,18 +596,23 @@ fn validate(
 /// Arguments read from the plan.
 struct Fixed<'a>(&'a [Argument]);
 
-impl crate::extension::aggregate::Source for Fixed<'_> {
+impl Source for Fixed<'_> {
     fn argument(&self, position: usize) -> Argument {
         self.0.get(position).copied().unwrap_or(Argument::Unknown)
     }
 }
 
 /// Makes `node` charge `releases` at the start of each loop after the first (the first
-/// is charged by [`meter`]).
+/// is charged by [`meter`]), and `per_loop` at the start of every loop.
 ///
 /// # Safety
 /// `node` must be a started node that has not run yet.
-unsafe fn install_meter(node: *mut pg_sys::PlanState, releases: Vec<Release>, found: &mut Found) {
+unsafe fn install_meter(
+    node: *mut pg_sys::PlanState,
+    releases: Vec<Release>,
+    per_loop: Vec<LoopCall>,
+    found: &mut Found,
+) {
     // SAFETY: the node has not run, so ExecProcNodeFirst has not yet chosen between
     // ExecProcNodeReal and the instrumented call: replacing ExecProcNodeReal puts
     // `metered_exec_proc_node` under both. The Instrumentation (when the query has none)
@@ -526,6 +626,7 @@ unsafe fn install_meter(node: *mut pg_sys::PlanState, releases: Vec<Release>, fo
         let meter = Meter {
             original: (*node).ExecProcNodeReal,
             releases,
+            per_loop,
             loops: 0,
         };
         (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
@@ -543,23 +644,50 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
 ) -> *mut pg_sys::TupleTableSlot {
     // SAFETY: installed by install_meter on this node, whose instrument it set.
     let starts_loop = unsafe { !(*(*node).instrument).running };
-    let (original, releases) = METERS.with(|meters| {
+    let (original, mut releases, per_loop) = METERS.with(|meters| {
         let mut meters = meters.borrow_mut();
         let meter = meters
             .get_mut(&(node as usize))
             .expect("a metered node has its meter");
-        let mut releases = None;
+        let mut releases = Vec::new();
+        let mut per_loop = Vec::new();
         if starts_loop {
             meter.loops += 1;
             if meter.loops > 1 {
-                releases = Some(meter.releases.clone());
+                releases = meter.releases.clone();
             }
+            per_loop = meter
+                .per_loop
+                .iter()
+                .map(|call| {
+                    (
+                        call.aggregate,
+                        call.arity,
+                        call.expressions.clone(),
+                        call.evaluations,
+                    )
+                })
+                .collect();
         }
-        (meter.original, releases)
+        (meter.original, releases, per_loop)
     });
-    if let Some(releases) = releases {
-        charge(&releases);
+    for (aggregate, arity, expressions, evaluations) in per_loop {
+        // SAFETY: the call's expressions, of this running node's plan; the outer row's
+        // parameters are set for this loop.
+        let arguments: Vec<Argument> = unsafe {
+            expressions
+                .iter()
+                .map(|&expression| evaluate_fixed(expression, (*node).state, Some(node)))
+                .collect()
+        };
+        let (epsilon, delta) = release_of(aggregate, arity, &arguments).or_raise();
+        releases.push(Release {
+            aggregate: aggregate.name,
+            epsilon: epsilon * evaluations as f64,
+            delta: delta * evaluations as f64,
+        });
     }
+    charge(&releases);
     let original = original.expect("an executor node has an ExecProcNode");
     // SAFETY: the node's own ExecProcNode, as ExecInitNode set it.
     unsafe { original(node) }
@@ -771,6 +899,19 @@ mod tests {
         assert_eq!(
             charged(role, "SELECT (SELECT dp_argmax(h, 1, 0.5) FROM by_loops WHERE g > s) FROM generate_series(1, 3) s"),
             (3, 1.5)
+        );
+        // epsilon set by the outer row: read and paid at the start of every loop.
+        assert_eq!(
+            charged(
+                role,
+                "SELECT e, (SELECT dp_argmax(h, 1, e) FROM by_loops WHERE g >= 0)
+                   FROM unnest(ARRAY[0.5, 0.25]::float8[]) e"
+            ),
+            (2, 0.75)
+        );
+        assert_eq!(
+            error_of("SELECT (SELECT dp_argmax(h, 1, e) FROM by_loops) FROM unnest(ARRAY[0.5, -1]::float8[]) e"),
+            "22023: epsilon must be finite and greater than 0, got -1"
         );
         // LATERAL: one loop per outer row, each a plain GROUP BY.
         assert_eq!(
