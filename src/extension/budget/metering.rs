@@ -9,9 +9,11 @@
 //! - one charge per DP aggregate call per node, whatever the number of groups (one row is
 //!   in one group: parallel composition), times the node's grouping sets;
 //! - a node that may run in every process of a parallel plan (a complete aggregation
-//!   below a Gather) is charged once per process that may run it;
+//!   below a Gather) is charged once per process that may run it, and each later loop of
+//!   the Gather pays for the workers it starts;
 //! - each later loop of a node (a rescan) is charged when it starts, in the process that
-//!   runs it;
+//!   runs it; a call whose ε or δ is set by the outer row (a correlated subquery) is read
+//!   and charged at the start of every loop, the first included;
 //! - a budgeted role is refused, before any row is read, an instrumented execution
 //!   (EXPLAIN ANALYZE, auto_explain) and window use of DP aggregates.
 //!
