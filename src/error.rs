@@ -69,7 +69,7 @@ pub enum Error {
     WindowRefused { role: String, aggregate: String },
     /// A view with DP aggregates that is not a security barrier, read by a role with a
     /// budget.
-    #[error("view \"{view}\" cannot be read by a role with a privacy budget: {reason}")]
+    #[error("view \"{view}\" is refused: {reason}")]
     ViewNotBarrier { view: String, reason: String },
     /// A DP aggregate finalized in a plan node that was not metered.
     #[error("{reason}")]

@@ -89,6 +89,9 @@ pub trait State: Sized {
 
     fn parameters(&self) -> &Self::Parameters;
 
+    /// ε and δ of one evaluation, as the rows gave them.
+    fn privacy_cost(&self) -> (f64, f64);
+
     /// An empty state with the parameters of `other`, in `memory`.
     fn empty_like(other: &Self, memory: MemoryContext) -> Self;
 
@@ -185,6 +188,27 @@ pub unsafe fn final_state<'a, S: State>(
             FinalState::NoRows(first.or_raise()?)
         }
     };
+    if let FinalState::Rows(rows) = &final_state {
+        // The rows must have spent what the plan was charged for (a stable expression
+        // could read another value while the rows are read than when the plan started).
+        let (epsilon, delta) = rows.privacy_cost();
+        let call = Call(fcinfo);
+        let charged = [
+            (Some(form.positions.epsilon), "epsilon", epsilon),
+            (form.positions.delta, "delta", delta),
+        ];
+        for (position, name, spent) in charged {
+            if let Some(Some(Some(paid))) = position.map(|at| call.float(at)) {
+                if paid != spent {
+                    raise(Error::ParameterChanged {
+                        name,
+                        first: crate::error::format_number(Some(paid)),
+                        now: crate::error::format_number(Some(spent)),
+                    });
+                }
+            }
+        }
+    }
     Some(final_state)
 }
 

@@ -52,8 +52,9 @@ pub unsafe fn aggregate_argument(fcinfo: pg_sys::FunctionCallInfo, position: usi
         if aggref.is_null() {
             return Argument::Unknown;
         }
-        if let Some(Argument::Known(value)) =
-            plan_arguments(aggref).and_then(|arguments| arguments.get(position).copied())
+        let context = (*fcinfo).context;
+        if let Some(Argument::Known(value)) = plan_arguments(context.cast(), aggref)
+            .and_then(|arguments| arguments.get(position).copied())
         {
             return Argument::Known(value);
         }
@@ -63,7 +64,6 @@ pub unsafe fn aggregate_argument(fcinfo: pg_sys::FunctionCallInfo, position: usi
         let Some(entry) = entries.get_ptr(position) else {
             return Argument::Unknown;
         };
-        let context = (*fcinfo).context;
         if context.is_null() || !pgrx::is_a(context, pg_sys::NodeTag::T_AggState) {
             return Argument::Unknown;
         }
@@ -95,11 +95,16 @@ pub unsafe fn evaluate_fixed(
             let constant = expression as *mut pg_sys::Const;
             return Argument::Known((!(*constant).constisnull).then_some((*constant).constvalue));
         }
+        // Before the plan runs, only what cannot change while it runs: constants,
+        // statement parameters and immutable functions of them (a stable function such as
+        // current_setting() could read another value by the time the rows are read).
         let row_independent = !pg_sys::contain_var_clause(node)
             && !pg_sys::contain_agg_clause(node)
             && !pg_sys::contain_subplans(node)
             && !pg_sys::contain_volatile_functions(node)
-            && (running.is_some() || !contains_executor_parameter(node));
+            && (running.is_some()
+                || (!contains_executor_parameter(node)
+                    && !pg_sys::contain_mutable_functions(node)));
         if !row_independent || estate.is_null() {
             return Argument::Unknown;
         }

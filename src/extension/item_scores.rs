@@ -310,6 +310,10 @@ impl State for ItemScores {
         &self.selection
     }
 
+    fn privacy_cost(&self) -> (f64, f64) {
+        (self.selection.epsilon, self.selection.delta.unwrap_or(0.0))
+    }
+
     fn empty_like(other: &Self, memory: MemoryContext) -> Self {
         // SAFETY: an open table needs no call info (no candidates are read).
         unsafe {

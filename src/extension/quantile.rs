@@ -188,6 +188,10 @@ impl State for QuantileState {
         &self.parameters
     }
 
+    fn privacy_cost(&self) -> (f64, f64) {
+        (self.parameters.epsilon, 0.0)
+    }
+
     fn empty_like(other: &Self, memory: MemoryContext) -> Self {
         QuantileState::new(other.parameters.clone(), memory)
     }

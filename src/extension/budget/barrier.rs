@@ -7,12 +7,16 @@
 //! down, and those only choose which groups are computed (which the group keys reveal
 //! anyway: README, "Grouped queries").
 //!
-//! So for a role with a budget (or any role under pg_exp_mech.require_budget), every view
-//! a statement reads, and every view those read, is checked after parse analysis: one whose
-//! own query calls a DP aggregate must be a security barrier, or the statement is refused
-//! before it is planned. Parse analysis sees every path to a view (a prepared statement,
-//! a SQL function inlined by the planner, PL/pgSQL), and runs again when a cached plan is
-//! invalidated (by ALTER VIEW, say).
+//! So a view whose own query calls a DP aggregate must be a security barrier:
+//! - creating or altering a view (CREATE [OR REPLACE] VIEW, ALTER VIEW ... SET/RESET,
+//!   CREATE RULE) so that it calls DP aggregates without being one is refused, for every
+//!   role: such a view cannot come to exist, whatever path later reaches it (a SQL
+//!   function with a BEGIN ATOMIC body, a rule or a policy, which are not parse-analysed
+//!   again when they run);
+//! - for a role with a budget (or any role under pg_exp_mech.require_budget), every view
+//!   a statement reads, and every view those read, is checked again after parse analysis
+//!   (a view made before the extension was loaded): the statement is refused before it is
+//!   planned.
 
 use super::charge::session_is_budgeted;
 use super::metering::dp_aggregate;
@@ -24,6 +28,8 @@ use std::ffi::{c_void, CStr};
 
 static mut PREVIOUS_POST_PARSE_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
 
+static mut PREVIOUS_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
 /// Views nest; deeper than this is refused rather than followed.
 const MAX_VIEW_DEPTH: u32 = 64;
 
@@ -34,6 +40,84 @@ pub fn install_barrier() {
     unsafe {
         PREVIOUS_POST_PARSE_ANALYZE = pg_sys::post_parse_analyze_hook;
         pg_sys::post_parse_analyze_hook = Some(check_views_after_analysis);
+        PREVIOUS_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+        pg_sys::ProcessUtility_hook = Some(check_views_made);
+    }
+}
+
+/// After a statement that can make a view call DP aggregates, or drop its barrier: the
+/// view must be a security barrier, or the statement fails (and is rolled back).
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn check_views_made(
+    statement: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    parameters: pg_sys::ParamListInfo,
+    environment: *mut pg_sys::QueryEnvironment,
+    destination: *mut pg_sys::DestReceiver,
+    completion: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: PostgreSQL calls the hook with a utility statement to run; the previous
+    // hook takes the same arguments. The statement's node is cast after its tag is
+    // checked, and its relation is looked up by name after it ran (it exists then).
+    unsafe {
+        let utility = (*statement).utilityStmt;
+        let relation = if pgrx::is_a(utility, pg_sys::NodeTag::T_ViewStmt) {
+            (*(utility as *mut pg_sys::ViewStmt)).view
+        } else if pgrx::is_a(utility, pg_sys::NodeTag::T_AlterTableStmt) {
+            (*(utility as *mut pg_sys::AlterTableStmt)).relation
+        } else if pgrx::is_a(utility, pg_sys::NodeTag::T_RuleStmt) {
+            (*(utility as *mut pg_sys::RuleStmt)).relation
+        } else {
+            std::ptr::null_mut()
+        };
+        // The name is resolved after the statement ran; copy it first, as the statement
+        // may be rewritten in place.
+        let relation = if relation.is_null() {
+            std::ptr::null_mut()
+        } else {
+            pg_sys::copyObjectImpl(relation.cast()) as *mut pg_sys::RangeVar
+        };
+        match PREVIOUS_PROCESS_UTILITY {
+            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
+                previous(
+                    statement,
+                    query_string,
+                    read_only_tree,
+                    context,
+                    parameters,
+                    environment,
+                    destination,
+                    completion,
+                )
+            }),
+            None => pg_sys::standard_ProcessUtility(
+                statement,
+                query_string,
+                read_only_tree,
+                context,
+                parameters,
+                environment,
+                destination,
+                completion,
+            ),
+        }
+        if relation.is_null() {
+            return;
+        }
+        let view = pg_sys::RangeVarGetRelidExtended(
+            relation,
+            pg_sys::AccessShareLock as i32,
+            pg_sys::RVROption::RVR_MISSING_OK,
+            None,
+            std::ptr::null_mut(),
+        );
+        if view != pg_sys::InvalidOid && pg_sys::get_rel_relkind(view) as u8 == pg_sys::RELKIND_VIEW
+        {
+            check_view(view, 0, false);
+        }
     }
 }
 
@@ -95,7 +179,7 @@ unsafe extern "C-unwind" fn view_walker(node: *mut pg_sys::Node, context: *mut c
                 && (*entry).relkind as u8 == pg_sys::RELKIND_VIEW
                 && (*entry).relid != walk.view
             {
-                check_view((*entry).relid, walk.depth);
+                check_view((*entry).relid, walk.depth, true);
             }
             return false;
         }
@@ -107,13 +191,17 @@ unsafe extern "C-unwind" fn view_walker(node: *mut pg_sys::Node, context: *mut c
     }
 }
 
+/// Refuses `view` if it calls DP aggregates without being a security barrier; with
+/// `nested`, the views it reads too.
+///
 /// # Safety
-/// `view` must be a view that parse analysis has locked.
-unsafe fn check_view(view: pg_sys::Oid, depth: u32) {
+/// `view` must be the oid of a view.
+unsafe fn check_view(view: pg_sys::Oid, depth: u32, nested: bool) {
     // SAFETY: the view is locked by the statement being analysed; its rule's query is a
     // Query; its options, when set, are a ViewOptions.
     unsafe {
-        let relation = pg_sys::relation_open(view, pg_sys::NoLock as i32);
+        // Parse analysis locked the views it names, not those they read.
+        let relation = pg_sys::relation_open(view, pg_sys::AccessShareLock as i32);
         let options = (*relation).rd_options as *mut pg_sys::ViewOptions;
         let barrier = !options.is_null() && (*options).security_barrier;
         let definition = pg_sys::get_view_query(relation);
@@ -131,12 +219,14 @@ unsafe fn check_view(view: pg_sys::Oid, depth: u32) {
             raise(Error::ViewNotBarrier {
                 view: name.clone(),
                 reason: format!(
-                    "it computes differentially private aggregates but is not a security barrier, so functions of the querying role could see its rows; the view's owner can fix it with ALTER VIEW {} SET (security_barrier = true)",
+                    "it computes differentially private aggregates but is not a security barrier, so functions of a querying role could see the rows under them; create it WITH (security_barrier), or ALTER VIEW {} SET (security_barrier = true)",
                     quote_identifier(&name)
                 ),
             });
         }
-        check_views(definition, depth + 1, view);
+        if nested {
+            check_views(definition, depth + 1, view);
+        }
     }
 }
 

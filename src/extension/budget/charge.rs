@@ -19,6 +19,17 @@ pub struct Release {
     pub delta: f64,
 }
 
+impl Release {
+    /// The release of `copies` evaluations.
+    pub fn times(&self, copies: u32) -> Release {
+        Release {
+            aggregate: self.aggregate,
+            epsilon: self.epsilon * copies as f64,
+            delta: self.delta * copies as f64,
+        }
+    }
+}
+
 /// Charges the session's login role for `releases` together (all or none), one ledger
 /// line each, before any row is read. A refusal raises an error.
 pub fn charge(releases: &[Release]) {

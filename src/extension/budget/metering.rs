@@ -50,8 +50,14 @@ struct Meter {
     loops: u64,
 }
 
+/// A DP aggregate call: the address of the node that finalizes it, and its aggno there.
+type Call = (usize, i32);
+
 /// A DP aggregate call whose ε or δ is a parameter of the loop.
+#[derive(Clone)]
 struct LoopCall {
+    /// Where its arguments of the current loop are kept, for the final function.
+    call: Option<Call>,
     aggregate: &'static Aggregate,
     arity: usize,
     /// The call's argument expressions (the partial aggregation's, in a parallel plan).
@@ -71,8 +77,10 @@ enum Cost {
 }
 
 thread_local! {
-    /// The arguments of each finalizing DP Aggref of the running plans, by address.
-    static ARGUMENTS: RefCell<HashMap<usize, Rc<[Argument]>>> = RefCell::new(HashMap::new());
+    /// The arguments of each DP aggregate call of the running plans, by the address of
+    /// the node that finalizes it and the call's number in it (not by the Aggref, which
+    /// overlapping executions of one cached plan share).
+    static ARGUMENTS: RefCell<HashMap<Call, Rc<[Argument]>>> = RefCell::new(HashMap::new());
     /// The metered nodes of the running plans, by the address of their PlanState.
     static METERS: RefCell<HashMap<usize, Meter>> = RefCell::new(HashMap::new());
     /// Which functions are this extension's aggregates, by oid.
@@ -129,9 +137,18 @@ pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
     identity
 }
 
-/// The arguments the plan gives the DP aggregate `aggref`, when a metered plan holds it.
-pub fn plan_arguments(aggref: *mut pg_sys::Aggref) -> Option<Rc<[Argument]>> {
-    ARGUMENTS.with(|arguments| arguments.borrow().get(&(aggref as usize)).cloned())
+/// The arguments the plan gives the DP aggregate `aggref` finalized by `node`, when a
+/// metered plan holds it.
+///
+/// # Safety
+/// `aggref` must be a valid Aggref.
+pub unsafe fn plan_arguments(
+    node: *mut c_void,
+    aggref: *mut pg_sys::Aggref,
+) -> Option<Rc<[Argument]>> {
+    // SAFETY: as the caller guarantees.
+    let call = (node as usize, unsafe { (*aggref).aggno });
+    ARGUMENTS.with(|arguments| arguments.borrow().get(&call).cloned())
 }
 
 /// Whether `node` (an aggregate's context) is a node this process metered.
@@ -148,7 +165,9 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // previous hook takes the same arguments.
     unsafe {
         match PREVIOUS_EXECUTOR_START {
-            Some(previous) => previous(query, eflags),
+            Some(previous) => {
+                pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| previous(query, eflags))
+            }
             None => pg_sys::standard_ExecutorStart(query, eflags),
         }
         if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
@@ -176,7 +195,7 @@ struct Found {
 /// The addresses a query registered in ARGUMENTS and METERS.
 #[derive(Default)]
 struct Registered {
-    aggrefs: Vec<usize>,
+    calls: Vec<Call>,
     nodes: Vec<usize>,
 }
 
@@ -274,24 +293,36 @@ unsafe fn walk(node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
             None => copies,
         };
         let first = found.releases.len();
-        let mut context = (below, found as *mut Found);
-        pg_sys::planstate_tree_walker(
-            node,
-            Some(walk_child),
-            (&mut context as *mut (u32, *mut Found)).cast(),
-        );
+        if gather.is_some() {
+            // Only the leader runs a Gather's own init-plans and subplans; its workers
+            // run what is under it.
+            walk((*node).lefttree, below, found);
+            for list in [(*node).initPlan, (*node).subPlan] {
+                for subplan in PgList::<pg_sys::SubPlanState>::from_pg(list).iter_ptr() {
+                    walk((*subplan).planstate, copies, found);
+                }
+            }
+        } else {
+            let mut context = (below, found as *mut Found);
+            pg_sys::planstate_tree_walker(
+                node,
+                Some(walk_child),
+                (&mut context as *mut (u32, *mut Found)).cast(),
+            );
+        }
         // DP aggregates finalized in the workers (complete aggregations under a Gather,
         // not partial ones): the first loop is paid above, with the workers counted; each
         // later loop of the Gather starts new workers, paid for at its start. The leader's
         // own copy pays its own later loops.
         if let Some((_, per_loop)) = gather {
-            let scale = per_loop as f64 / below as f64 * copies as f64;
+            // The releases under the Gather were counted `below` times; its workers run
+            // `per_loop` copies of each per loop of the Gather.
             let workers: Vec<Release> = found.releases[first..]
                 .iter()
                 .map(|release| Release {
                     aggregate: release.aggregate,
-                    epsilon: release.epsilon * scale,
-                    delta: release.delta * scale,
+                    epsilon: release.epsilon / below as f64 * (per_loop * copies) as f64,
+                    delta: release.delta / below as f64 * (per_loop * copies) as f64,
                 })
                 .collect();
             if per_loop > 0 && !workers.is_empty() {
@@ -323,7 +354,10 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             return;
         }
         let plan = (*state).ss.ps.plan as *mut pg_sys::Agg;
-        let evaluations = copies.saturating_mul(grouping_sets(plan));
+        let node = &mut (*state).ss.ps as *mut pg_sys::PlanState;
+        // What one loop of this node releases in one process: each call once per grouping
+        // set. The first loop is paid at the start for every process that may run it.
+        let evaluations = grouping_sets(plan);
         let mut releases = Vec::new();
         let mut per_loop = Vec::new();
         let mut numbers = HashSet::new();
@@ -355,7 +389,8 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
                     .map(|&expression| evaluate_fixed(expression, found.estate, None))
                     .collect()
             };
-            found.registered().aggrefs.push(aggref as usize);
+            let call = (node as usize, (*aggref).aggno);
+            found.registered().calls.push(call);
             match cost(aggregate, arity, &arguments, &expressions).or_raise() {
                 Cost::Known { epsilon, delta } => releases.push(Release {
                     aggregate: aggregate.name,
@@ -363,17 +398,20 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
                     delta: delta * evaluations as f64,
                 }),
                 Cost::PerLoop => per_loop.push(LoopCall {
+                    call: Some(call),
                     aggregate,
                     arity,
                     expressions,
                     evaluations,
                 }),
             }
-            ARGUMENTS.with(|all| all.borrow_mut().insert(aggref as usize, arguments));
+            ARGUMENTS.with(|all| all.borrow_mut().insert(call, arguments));
         }
         if !releases.is_empty() || !per_loop.is_empty() {
-            found.releases.extend(releases.iter().cloned());
-            install_meter(&mut (*state).ss.ps, releases, per_loop, found);
+            found
+                .releases
+                .extend(releases.iter().map(|release| release.times(copies)));
+            install_meter(node, releases, per_loop, found);
         }
     }
 }
@@ -411,19 +449,22 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
             match cost(aggregate, arguments.len(), &arguments, &expressions).or_raise() {
                 Cost::Known { epsilon, delta } => releases.push(Release {
                     aggregate: aggregate.name,
-                    epsilon: epsilon * copies as f64,
-                    delta: delta * copies as f64,
+                    epsilon,
+                    delta,
                 }),
                 Cost::PerLoop => per_loop.push(LoopCall {
+                    call: None,
                     aggregate,
                     arity: expressions.len(),
                     expressions,
-                    evaluations: copies,
+                    evaluations: 1,
                 }),
             }
         }
         if !releases.is_empty() || !per_loop.is_empty() {
-            found.releases.extend(releases.iter().cloned());
+            found
+                .releases
+                .extend(releases.iter().map(|release| release.times(copies)));
             install_meter(node, releases, per_loop, found);
         }
     }
@@ -631,9 +672,9 @@ unsafe fn install_meter(
             per_loop,
             loops: 0,
         };
+        found.registered().nodes.push(node as usize);
         (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
         METERS.with(|meters| meters.borrow_mut().insert(node as usize, meter));
-        found.registered().nodes.push(node as usize);
         found.metered = true;
     }
 }
@@ -658,36 +699,30 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
             if meter.loops > 1 {
                 releases = meter.releases.clone();
             }
-            per_loop = meter
-                .per_loop
-                .iter()
-                .map(|call| {
-                    (
-                        call.aggregate,
-                        call.arity,
-                        call.expressions.clone(),
-                        call.evaluations,
-                    )
-                })
-                .collect();
+            per_loop = meter.per_loop.clone();
         }
         (meter.original, releases, per_loop)
     });
-    for (aggregate, arity, expressions, evaluations) in per_loop {
+    for call in per_loop {
         // SAFETY: the call's expressions, of this running node's plan; the outer row's
         // parameters are set for this loop.
         let arguments: Vec<Argument> = unsafe {
-            expressions
+            call.expressions
                 .iter()
                 .map(|&expression| evaluate_fixed(expression, (*node).state, Some(node)))
                 .collect()
         };
-        let (epsilon, delta) = release_of(aggregate, arity, &arguments).or_raise();
+        let (epsilon, delta) = release_of(call.aggregate, call.arity, &arguments).or_raise();
         releases.push(Release {
-            aggregate: aggregate.name,
-            epsilon: epsilon * evaluations as f64,
-            delta: delta * evaluations as f64,
+            aggregate: call.aggregate.name,
+            epsilon: epsilon * call.evaluations as f64,
+            delta: delta * call.evaluations as f64,
         });
+        // This loop's final function reads them there (a parallel plan's Finalize
+        // Aggregate has no arguments of its own to read them from).
+        if let Some(key) = call.call {
+            ARGUMENTS.with(|all| all.borrow_mut().insert(key, arguments.into()));
+        }
     }
     charge(&releases);
     let original = original.expect("an executor node has an ExecProcNode");
@@ -722,11 +757,11 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
 #[pg_guard]
 unsafe extern "C-unwind" fn forget(entries: *mut c_void) {
     // SAFETY: the Box forget_when_done leaked, taken back once.
-    let Registered { aggrefs, nodes } = *unsafe { Box::from_raw(entries as *mut Registered) };
+    let Registered { calls, nodes } = *unsafe { Box::from_raw(entries as *mut Registered) };
     ARGUMENTS.with(|all| {
         let mut all = all.borrow_mut();
-        for aggref in aggrefs {
-            all.remove(&aggref);
+        for call in calls {
+            all.remove(&call);
         }
     });
     METERS.with(|meters| {
@@ -980,6 +1015,20 @@ mod tests {
             (1, 1.5),
             "workers planned + 1"
         );
+        // An init-plan of the parallel plan runs in the leader only: paid once.
+        let init_plan =
+            "SELECT count(*) FROM probed WHERE x >= (SELECT dp_argmax(x, 1, 0.5) FROM probing)";
+        assert!(plan(init_plan).contains("InitPlan"), "{}", plan(init_plan));
+        assert_eq!(charged("copies_analyst", init_plan), (1, 0.5));
+        // A stable expression (a setting) is read when the loop starts, not before.
+        run(&["SET LOCAL dp.epsilon = '0.25'"]);
+        assert_eq!(
+            charged(
+                "copies_analyst",
+                "SELECT dp_argmax(x, 1, current_setting('dp.epsilon')::float8) FROM probing"
+            ),
+            (1, 0.25)
+        );
     }
 
     #[pg_test]
@@ -1003,6 +1052,14 @@ mod tests {
             let answer = column(&format!("SELECT coalesce(({empty})::text, 'NULL')"));
             assert!(answer == ["7"] || answer == ["8"], "{answer:?}");
         }
+        // epsilon from an init-plan, read when the loop starts: the same answer.
+        let from_init_plan =
+            "SELECT dp_quantile(v, 0.5, 0, 100, (SELECT 0.5::float8)) FROM wide WHERE v > 1000";
+        assert!(plan(from_init_plan).contains("Finalize Aggregate"));
+        assert_eq!(
+            column(&format!("SELECT (({from_init_plan}) IS NOT NULL)::text")),
+            ["true"]
+        );
         let median = "SELECT dp_quantile(v, 0.5, 0, 100, 1) FROM wide WHERE v > 1000";
         assert!(plan(median).contains("Finalize Aggregate"));
         assert_eq!(
@@ -1013,10 +1070,7 @@ mod tests {
             column("SELECT (dp_argmax(item, 1, 0.5) IS NOT NULL)::text FROM wide"),
             ["true"]
         );
-        assert_eq!(
-            column("SELECT epsilon_spent::text FROM dp_budget"),
-            ["11.5"]
-        );
+        assert_eq!(column("SELECT epsilon_spent::text FROM dp_budget"), ["12"]);
         run(&["RESET SESSION AUTHORIZATION"]);
     }
 
