@@ -115,6 +115,28 @@ pub fn chi_square(counts: &[u64], probabilities: &[f64]) -> (f64, usize) {
     (statistic, cells.saturating_sub(1))
 }
 
+/// The exact distribution of permute-and-flip by its definition: every order of the
+/// candidates, equally likely; in each, the first candidate that flips heads (with
+/// probability exp((u_r − u*)/τ)) is the answer.
+pub fn permute_and_flip_distribution(utilities: &[f64], temperature: f64) -> Vec<f64> {
+    let best = utilities.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let heads: Vec<f64> = utilities
+        .iter()
+        .map(|u| ((u - best) / temperature).exp())
+        .collect();
+    let mut probabilities = vec![0.0; utilities.len()];
+    let orders = ordered_lists(utilities.len(), utilities.len());
+    let weight = 1.0 / orders.len() as f64;
+    for order in &orders {
+        let mut tails = 1.0;
+        for &r in order {
+            probabilities[r] += weight * tails * heads[r];
+            tails *= 1.0 - heads[r];
+        }
+    }
+    probabilities
+}
+
 /// P(X ≥ statistic) for X chi-square with `df` degrees of freedom.
 pub fn chi_square_p_value(statistic: f64, df: usize) -> f64 {
     if df == 0 {

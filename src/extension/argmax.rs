@@ -1,11 +1,12 @@
-//! dp_argmax: the exponential mechanism over per-item scores, as an aggregate. Its forms
-//! are described in forms.rs.
+//! dp_argmax: the exponential mechanism (or permute-and-flip) over per-item scores, as an
+//! aggregate. Its forms are described in forms.rs.
 
 use super::aggregate::transition;
 use super::forms::DP_ARGMAX;
-use super::guc;
+use super::guc::{self, ArgmaxMechanism};
 use super::item_scores::{final_function, ItemScores};
 use crate::mechanisms::gumbel::exponential_mechanism;
+use crate::mechanisms::permute_and_flip::permute_and_flip;
 use crate::mechanisms::rng;
 use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
@@ -30,17 +31,21 @@ pub unsafe extern "C-unwind" fn dp_argmax_final(fcinfo: pg_sys::FunctionCallInfo
     unsafe { final_function(fcinfo, &DP_ARGMAX, argmax) }
 }
 
-/// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max.
+/// Samples item i with probability ∝ exp(ε·S(i)/max_score) by Gumbel-max, or by
+/// permute-and-flip at the same temperature (pg_exp_mech.argmax_mechanism).
 ///
 /// The scores are in units of max_score, so the temperature is 1/ε: one row moves every
-/// score by at most one unit in the same direction (range 1), which makes this ε-DP under
-/// adding or removing a row (Dong, Durfee, Rogers 2019; ../shared/PRIVACY.md, section 3).
+/// score by at most one unit in the same direction (range 1), which makes either ε-DP
+/// under adding or removing a row (Dong, Durfee, Rogers 2019; McKenna and Sheldon 2020;
+/// ../shared/PRIVACY.md, section 3).
 fn argmax(scores: &ItemScores) -> Option<Datum> {
     let temperature = 1.0 / scores.selection.epsilon;
     let entries: Vec<_> = scores.table.iter().collect();
     let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
-    let winner = rng::with_generator(guc::seeding(), |rng| {
-        exponential_mechanism(&utilities, temperature, rng)
+    let mechanism = guc::argmax_mechanism();
+    let winner = rng::with_generator(guc::seeding(), |rng| match mechanism {
+        ArgmaxMechanism::Exponential => exponential_mechanism(&utilities, temperature, rng),
+        ArgmaxMechanism::PermuteAndFlip => permute_and_flip(&utilities, temperature, rng),
     })?;
     // SAFETY: the items of a state are valid datums of its item type.
     Some(unsafe { scores.item_type.copy(entries[winner].item) })
@@ -70,6 +75,29 @@ mod tests {
     fn argmax_distribution_is_exp_epsilon_score_over_max_score() {
         draws_table();
         check_scored_distribution(DRAWS_QUERY);
+    }
+
+    #[pg_test]
+    fn argmax_permute_and_flip_has_its_own_distribution() {
+        draws_table();
+        run(&["SET LOCAL pg_exp_mech.argmax_mechanism = permute_and_flip"]);
+        let counts = counts_of(&frequencies(DRAWS_QUERY), &["a", "b", "c", "d"]);
+        let units = [0.0, 1.0, 2.0, 3.0];
+        // Permute-and-flip at ε = 1 by its definition, against the exponential
+        // mechanism's softmax at the same ε.
+        let exact = crate::testing::permute_and_flip_distribution(&units, 1.0);
+        assert_matches_distribution(&counts, &exact, &softmax(&units, 1.0));
+        // In a parallel plan too, and back to the default.
+        force_parallel_plans();
+        assert_parallel(DRAWS_QUERY);
+        let counts = counts_of(&frequencies(DRAWS_QUERY), &["a", "b", "c", "d"]);
+        assert_matches_distribution(&counts, &exact, &softmax(&units, 1.0));
+        run(&["RESET pg_exp_mech.argmax_mechanism"]);
+        check_scored_distribution(DRAWS_QUERY);
+        assert_eq!(
+            error_of("SET pg_exp_mech.argmax_mechanism = laplace"),
+            "22023: invalid value for parameter \"pg_exp_mech.argmax_mechanism\": \"laplace\""
+        );
     }
 
     #[pg_test]

@@ -2,7 +2,7 @@
 
 use crate::mechanisms::quantile::DEFAULT_GRID_SIZE;
 use crate::mechanisms::rng::Seeding;
-use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::cell::Cell;
 use std::ffi::c_void;
 
@@ -14,6 +14,21 @@ static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
 static REQUIRE_BUDGET: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
+
+/// How dp_argmax samples its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PostgresGucEnum)]
+pub enum ArgmaxMechanism {
+    /// The exponential mechanism, sampled by Gumbel-max.
+    #[name = c"exponential"]
+    Exponential,
+    /// Permute-and-flip (McKenna and Sheldon 2020), sampled by report-noisy-max with
+    /// exponential noise.
+    #[name = c"permute_and_flip"]
+    PermuteAndFlip,
+}
+
+static ARGMAX_MECHANISM: GucSetting<ArgmaxMechanism> =
+    GucSetting::<ArgmaxMechanism>::new(ArgmaxMechanism::Exponential);
 
 thread_local! {
     /// Counts assignments to the seed, so that `SET pg_exp_mech.seed = 42` restarts the
@@ -58,6 +73,15 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    // Both mechanisms are ε-DP at the same ε: any role may choose.
+    GucRegistry::define_enum_guc(
+        c"pg_exp_mech.argmax_mechanism",
+        c"How dp_argmax samples its answer: exponential (Gumbel-max, the default) or permute_and_flip.",
+        c"permute_and_flip is never less accurate than the exponential mechanism at the same epsilon and up to twice as accurate; both are epsilon-DP (permute-and-flip is not bounded range, which matters only under zCDP composition).",
+        &ARGMAX_MECHANISM,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     // The grid is public: any size is as private as any other; it sets the resolution
     // of the answers ((hi − lo)/K) and the largest state (K + 1 counters of 8 bytes).
     GucRegistry::define_int_guc(
@@ -75,6 +99,11 @@ pub fn register() {
 /// Whether roles without a budget are refused.
 pub fn require_budget() -> bool {
     REQUIRE_BUDGET.get()
+}
+
+/// How dp_argmax samples its answer.
+pub fn argmax_mechanism() -> ArgmaxMechanism {
+    ARGMAX_MECHANISM.get()
 }
 
 /// K of the quantile grid.

@@ -97,6 +97,7 @@ fn assert_caught(finding: Finding, epsilon: f64) {
 mod tests {
     use super::*;
     use crate::mechanisms::gumbel::exponential_mechanism;
+    use crate::mechanisms::permute_and_flip::permute_and_flip;
     use crate::mechanisms::quantile::{sample_quantile, temperature, Histogram};
     use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
     use rand::SeedableRng;
@@ -109,24 +110,37 @@ mod tests {
     const ARGMAX_D: [f64; 10] = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
     const ARGMAX_NEIGHBOUR: [f64; 10] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 
-    fn argmax_audit(temperature: f64, neighbour: &[f64]) -> Finding {
+    /// A selection mechanism of dp_argmax: (utilities, temperature, generator).
+    type Select = fn(&[f64], f64, &mut ChaCha20Rng) -> Option<usize>;
+
+    fn argmax_audit(select: Select, temperature: f64, neighbour: &[f64]) -> Finding {
         let mut rng = ChaCha20Rng::seed_from_u64(101);
         let mut rng2 = ChaCha20Rng::seed_from_u64(102);
         audit(
-            || exponential_mechanism(&ARGMAX_D, temperature, &mut rng),
-            || exponential_mechanism(neighbour, temperature, &mut rng2),
+            || select(&ARGMAX_D, temperature, &mut rng),
+            || select(neighbour, temperature, &mut rng2),
             0.0,
         )
     }
 
     #[test]
     fn audit_argmax() {
-        assert_private(argmax_audit(1.0 / EPSILON, &ARGMAX_NEIGHBOUR), EPSILON);
-        assert_caught(argmax_audit(0.5 / EPSILON, &ARGMAX_NEIGHBOUR), EPSILON);
-        // A wrong utility: the row's score of 3 not clamped to max_score = 1.
+        // The exponential mechanism (Gumbel-max) and permute-and-flip, at temperature
+        // max_score/ε; each must be caught at half that temperature and with a score
+        // left unclamped (a row of 3 where max_score = 1).
         let mut unclamped = ARGMAX_NEIGHBOUR;
         unclamped[0] = 3.0;
-        assert_caught(argmax_audit(1.0 / EPSILON, &unclamped), EPSILON);
+        for select in [exponential_mechanism as Select, permute_and_flip as Select] {
+            assert_private(
+                argmax_audit(select, 1.0 / EPSILON, &ARGMAX_NEIGHBOUR),
+                EPSILON,
+            );
+            assert_caught(
+                argmax_audit(select, 0.5 / EPSILON, &ARGMAX_NEIGHBOUR),
+                EPSILON,
+            );
+            assert_caught(argmax_audit(select, 1.0 / EPSILON, &unclamped), EPSILON);
+        }
     }
 
     /// dp_top_k, k = 2: item 0 leads and gains a row. Lists that avoid it pay in both

@@ -69,6 +69,23 @@ where
     I: Iterator<Item = (T, f64)>,
     R: RngCore + ?Sized,
 {
+    noisy_max_streamed(candidates, standard_gumbel, CONTENDING, rng)
+}
+
+/// Report noisy max: the candidate with the largest log-weight plus `noise`, over
+/// candidates streamed twice by `candidates`. Candidates more than `contending` below the
+/// largest log-weight cannot win with this noise (its range), so their noise is not
+/// drawn. None when there is no candidate with a positive weight.
+pub fn noisy_max_streamed<T, I, R>(
+    candidates: impl Fn() -> I,
+    noise: fn(&mut R) -> f64,
+    contending: f64,
+    rng: &mut R,
+) -> Option<T>
+where
+    I: Iterator<Item = (T, f64)>,
+    R: RngCore + ?Sized,
+{
     let top = candidates()
         .map(|(_, w)| w)
         .fold(f64::NEG_INFINITY, f64::max);
@@ -78,10 +95,10 @@ where
     let mut best: Option<(T, f64)> = None;
     for (candidate, w) in candidates() {
         debug_assert!(!w.is_nan(), "a log-weight is NaN");
-        if w - top < -CONTENDING {
+        if w - top < -contending {
             continue;
         }
-        let key = (w - top) + standard_gumbel(rng);
+        let key = (w - top) + noise(rng);
         if best.as_ref().is_none_or(|(_, b)| key > *b) {
             best = Some((candidate, key));
         }
