@@ -98,10 +98,7 @@ pub unsafe fn evaluate_fixed(
         // Before the plan runs, only what cannot change while it runs: constants,
         // statement parameters and immutable functions of them (a stable function such as
         // current_setting() could read another value by the time the rows are read).
-        let row_independent = !pg_sys::contain_var_clause(node)
-            && !pg_sys::contain_agg_clause(node)
-            && !pg_sys::contain_subplans(node)
-            && !pg_sys::contain_volatile_functions(node)
+        let row_independent = is_same_on_every_row(node)
             && (running.is_some()
                 || (!contains_executor_parameter(node)
                     && !pg_sys::contain_mutable_functions(node)));
@@ -116,6 +113,22 @@ pub unsafe fn evaluate_fixed(
         let mut is_null = false;
         let value = pg_sys::ExecEvalExprSwitchContext(state, context, &mut is_null);
         Argument::Known((!is_null).then_some(value))
+    }
+}
+
+/// Whether an expression is the same on every row of a loop: no column, aggregate,
+/// subquery or volatile function, only constants, parameters (of the statement, or set
+/// while the plan runs) and functions of them.
+///
+/// # Safety
+/// `node` must be NULL or a valid expression node.
+pub unsafe fn is_same_on_every_row(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        !pg_sys::contain_var_clause(node)
+            && !pg_sys::contain_agg_clause(node)
+            && !pg_sys::contain_subplans(node)
+            && !pg_sys::contain_volatile_functions(node)
     }
 }
 

@@ -23,7 +23,7 @@
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
 use crate::error::Error;
 use crate::extension::aggregate::{Source, State};
-use crate::extension::arguments::{evaluate_fixed, Argument};
+use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument};
 use crate::extension::forms::{Aggregate, Family, AGGREGATES};
 use crate::extension::item_scores::ItemScores;
 use crate::extension::quantile::QuantileState;
@@ -184,10 +184,9 @@ struct Found {
     releases: Vec<Release>,
     /// A DP aggregate used as a window function.
     window: Option<&'static str>,
-    /// The addresses registered for this query, removed when its memory goes.
+    /// The addresses registered for this query, removed when its memory goes (None: no
+    /// DP aggregate, nothing metered).
     registered: Option<*mut Registered>,
-    /// Whether a node was metered.
-    metered: bool,
     visited: HashSet<usize>,
     estate: *mut pg_sys::EState,
 }
@@ -229,7 +228,7 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
             ..Found::default()
         };
         walk(planstate, 1, &mut found);
-        if !found.metered {
+        if found.registered.is_none() {
             return;
         }
         // Parallel workers run what the leader already paid for (its multiplicity counts
@@ -358,8 +357,7 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
         // What one loop of this node releases in one process: each call once per grouping
         // set. The first loop is paid at the start for every process that may run it.
         let evaluations = grouping_sets(plan);
-        let mut releases = Vec::new();
-        let mut per_loop = Vec::new();
+        let mut calls = NodeCalls::default();
         let mut numbers = HashSet::new();
         for aggref in PgList::<pg_sys::Aggref>::from_pg((*state).aggs).iter_ptr() {
             let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) else {
@@ -384,35 +382,21 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             let arguments: Rc<[Argument]> = if expressions.is_empty() {
                 vec![Argument::Unknown; arity].into()
             } else {
-                expressions
-                    .iter()
-                    .map(|&expression| evaluate_fixed(expression, found.estate, None))
-                    .collect()
+                evaluate(&expressions, found.estate, None).into()
             };
             let call = (node as usize, (*aggref).aggno);
             found.registered().calls.push(call);
-            match cost(aggregate, arity, &arguments, &expressions).or_raise() {
-                Cost::Known { epsilon, delta } => releases.push(Release {
-                    aggregate: aggregate.name,
-                    epsilon: epsilon * evaluations as f64,
-                    delta: delta * evaluations as f64,
-                }),
-                Cost::PerLoop => per_loop.push(LoopCall {
-                    call: Some(call),
-                    aggregate,
-                    arity,
-                    expressions,
-                    evaluations,
-                }),
-            }
+            calls.add(
+                aggregate,
+                arity,
+                &arguments,
+                expressions,
+                Some(call),
+                evaluations,
+            );
             ARGUMENTS.with(|all| all.borrow_mut().insert(call, arguments));
         }
-        if !releases.is_empty() || !per_loop.is_empty() {
-            found
-                .releases
-                .extend(releases.iter().map(|release| release.times(copies)));
-            install_meter(node, releases, per_loop, found);
-        }
+        calls.install(node, copies, found);
     }
 }
 
@@ -431,8 +415,7 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
             Some(collect_window_functions),
             (&mut functions as *mut Vec<*mut pg_sys::WindowFunc>).cast(),
         );
-        let mut releases = Vec::new();
-        let mut per_loop = Vec::new();
+        let mut calls = NodeCalls::default();
         for function in functions {
             let Some(aggregate) = dp_aggregate((*function).winfnoid) else {
                 continue;
@@ -442,32 +425,94 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
                 PgList::<pg_sys::Expr>::from_pg((*function).args)
                     .iter_ptr()
                     .collect();
-            let arguments: Vec<Argument> = expressions
-                .iter()
-                .map(|&expression| evaluate_fixed(expression, found.estate, None))
-                .collect();
-            match cost(aggregate, arguments.len(), &arguments, &expressions).or_raise() {
-                Cost::Known { epsilon, delta } => releases.push(Release {
+            let arguments = evaluate(&expressions, found.estate, None);
+            calls.add(
+                aggregate,
+                expressions.len(),
+                &arguments,
+                expressions,
+                None,
+                1,
+            );
+        }
+        calls.install(node, copies, found);
+    }
+}
+
+/// The DP calls of one node: what each loop releases, known from the plan, and the calls
+/// whose ε or δ each loop sets.
+#[derive(Default)]
+struct NodeCalls {
+    releases: Vec<Release>,
+    per_loop: Vec<LoopCall>,
+}
+
+impl NodeCalls {
+    /// Adds one call, `evaluations` times per loop, after checking its arguments as the
+    /// plan gives them.
+    ///
+    /// # Safety
+    /// `expressions` must be the call's argument expressions (or empty when unknown).
+    unsafe fn add(
+        &mut self,
+        aggregate: &'static Aggregate,
+        arity: usize,
+        arguments: &[Argument],
+        expressions: Vec<*mut pg_sys::Expr>,
+        call: Option<Call>,
+        evaluations: u32,
+    ) {
+        // SAFETY: as the caller guarantees.
+        match unsafe { cost(aggregate, arity, arguments, &expressions) }.or_raise() {
+            Cost::Known { epsilon, delta } => self.releases.push(
+                Release {
                     aggregate: aggregate.name,
                     epsilon,
                     delta,
-                }),
-                Cost::PerLoop => per_loop.push(LoopCall {
-                    call: None,
-                    aggregate,
-                    arity: expressions.len(),
-                    expressions,
-                    evaluations: 1,
-                }),
-            }
-        }
-        if !releases.is_empty() || !per_loop.is_empty() {
-            found
-                .releases
-                .extend(releases.iter().map(|release| release.times(copies)));
-            install_meter(node, releases, per_loop, found);
+                }
+                .times(evaluations),
+            ),
+            Cost::PerLoop => self.per_loop.push(LoopCall {
+                call,
+                aggregate,
+                arity,
+                expressions,
+                evaluations,
+            }),
         }
     }
+
+    /// Meters `node` with these calls (if any), its first loop paid now for the `copies`
+    /// processes that may run it.
+    ///
+    /// # Safety
+    /// `node` must be a started node that has not run yet.
+    unsafe fn install(self, node: *mut pg_sys::PlanState, copies: u32, found: &mut Found) {
+        if self.releases.is_empty() && self.per_loop.is_empty() {
+            return;
+        }
+        found
+            .releases
+            .extend(self.releases.iter().map(|release| release.times(copies)));
+        // SAFETY: as the caller guarantees.
+        unsafe { install_meter(node, self.releases, self.per_loop, found) };
+    }
+}
+
+/// The arguments of a call from its expressions (see [`evaluate_fixed`]).
+///
+/// # Safety
+/// The expressions must be of a plan started in `estate`, and `running` one of its nodes.
+unsafe fn evaluate(
+    expressions: &[*mut pg_sys::Expr],
+    estate: *mut pg_sys::EState,
+    running: Option<*mut pg_sys::PlanState>,
+) -> Vec<Argument> {
+    expressions
+        .iter()
+        // SAFETY: as the caller guarantees.
+        .map(|&expression| unsafe { evaluate_fixed(expression, estate, running) })
+        .collect()
 }
 
 #[pg_guard]
@@ -578,7 +623,7 @@ unsafe fn cost(
     let per_loop = unknown.iter().all(|&position| {
         expressions.get(position).is_some_and(|&expression| {
             // SAFETY: one of the call's argument expressions, as the caller guarantees.
-            unsafe { is_loop_parameter(expression) }
+            unsafe { is_same_on_every_row(expression.cast()) }
         })
     });
     if per_loop {
@@ -594,23 +639,6 @@ unsafe fn cost(
             value: "an expression of the rows".into(),
             requirement: "a constant or a parameter of the statement".into(),
         })
-    }
-}
-
-/// Whether an expression is the same on every row of a loop: no column, aggregate,
-/// subquery or volatile function, only constants and parameters (of the statement, or set
-/// by the outer row of a correlated subquery or by an init-plan).
-///
-/// # Safety
-/// `expression` must be a valid expression node.
-unsafe fn is_loop_parameter(expression: *mut pg_sys::Expr) -> bool {
-    let node = expression as *mut pg_sys::Node;
-    // SAFETY: as the caller guarantees.
-    unsafe {
-        !pg_sys::contain_var_clause(node)
-            && !pg_sys::contain_agg_clause(node)
-            && !pg_sys::contain_subplans(node)
-            && !pg_sys::contain_volatile_functions(node)
     }
 }
 
@@ -675,7 +703,6 @@ unsafe fn install_meter(
         found.registered().nodes.push(node as usize);
         (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
         METERS.with(|meters| meters.borrow_mut().insert(node as usize, meter));
-        found.metered = true;
     }
 }
 
@@ -706,18 +733,16 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
     for call in per_loop {
         // SAFETY: the call's expressions, of this running node's plan; the outer row's
         // parameters are set for this loop.
-        let arguments: Vec<Argument> = unsafe {
-            call.expressions
-                .iter()
-                .map(|&expression| evaluate_fixed(expression, (*node).state, Some(node)))
-                .collect()
-        };
+        let arguments = unsafe { evaluate(&call.expressions, (*node).state, Some(node)) };
         let (epsilon, delta) = release_of(call.aggregate, call.arity, &arguments).or_raise();
-        releases.push(Release {
-            aggregate: call.aggregate.name,
-            epsilon: epsilon * call.evaluations as f64,
-            delta: delta * call.evaluations as f64,
-        });
+        releases.push(
+            Release {
+                aggregate: call.aggregate.name,
+                epsilon,
+                delta,
+            }
+            .times(call.evaluations),
+        );
         // This loop's final function reads them there (a parallel plan's Finalize
         // Aggregate has no arguments of its own to read them from).
         if let Some(key) = call.call {
@@ -1075,7 +1100,7 @@ mod tests {
     }
 
     #[pg_test]
-    fn metering_refuses_window_use_and_unmetered_epsilon() {
+    fn metering_refuses_window_use_to_budgeted_roles() {
         run(&[
             "CREATE ROLE window_analyst",
             "SELECT dp_budget_set('window_analyst', 10)",
