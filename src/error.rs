@@ -77,6 +77,10 @@ pub enum Error {
     /// The ledger is for budget administrators only.
     #[error("permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)")]
     NotBudgetAdministrator { role: String },
+    /// A budgeted role's DP aggregate, or a budget change, on a server in recovery (a
+    /// standby), which cannot write the ledger's WAL.
+    #[error("{action} on a standby, which cannot write the privacy ledger: run it on the primary")]
+    OnStandby { action: String },
     /// Budgets are configured but cannot be enforced in this session.
     #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
@@ -108,6 +112,8 @@ impl Error {
             | Error::ExplainAnalyzeRefused { .. }
             | Error::WindowRefused { .. }
             | Error::NotBudgetAdministrator { .. } => "42501",
+            // read_only_sql_transaction, as PostgreSQL's own refusals during recovery
+            Error::OnStandby { .. } => "25006",
             // object_not_in_prerequisite_state
             Error::BudgetsUnavailable { .. } | Error::ViewNotBarrier { .. } => "55000",
             // internal_error: a DP aggregate finalized in a plan the executor hook never

@@ -245,6 +245,16 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         Ok(())
     }
 
+    /// Applies a record replayed from WAL: it was checked where it was written, so no
+    /// rule is applied again; only a full table refuses it.
+    pub fn replay(&mut self, record: &Record) -> Result<(), Refusal> {
+        let slot = self.slot(record.role())?;
+        let mut account = slot.account();
+        account.apply(record);
+        slot.store(account);
+        Ok(())
+    }
+
     fn used(&self) -> &[Slot] {
         &self.slots[..self.count as usize]
     }

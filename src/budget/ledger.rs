@@ -232,17 +232,92 @@ pub fn complete_lines(text: &str) -> &str {
     &text[..text.rfind('\n').map_or(0, |at| at + 1)]
 }
 
-/// The records of a ledger's complete lines, in order; any malformed line is an error.
-pub fn parse(complete: &str) -> Result<Vec<Record>, String> {
-    complete.lines().map(Record::parse).collect()
+/// One line of the ledger file: a record and the write-ahead log position (LSN) that
+/// wrote it. Every record since the ledger is WAL-logged carries the end of its WAL
+/// record; 0 marks a line written before (by a release that kept only the file). The
+/// LSN is what makes replay idempotent: a line or record at or before what was applied
+/// is not applied again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub lsn: u64,
+    pub record: Record,
 }
 
-/// The accounts the records add up to, by role.
-pub fn replay(records: &[Record]) -> BTreeMap<u32, Account> {
-    let mut accounts: BTreeMap<u32, Account> = BTreeMap::new();
-    for record in records {
-        accounts.entry(record.role()).or_default().apply(record);
+impl Entry {
+    /// The record's line, with the LSN as a last field in PostgreSQL's `X/Y` form (a `/`
+    /// no other field has).
+    pub fn line(&self) -> String {
+        let mut line = self.record.line();
+        if self.lsn != 0 {
+            line.pop();
+            let _ = writeln!(line, "\t{}", lsn_text(self.lsn));
+        }
+        line
     }
+
+    /// Parses one line (without its newline).
+    pub fn parse(line: &str) -> Result<Self, String> {
+        match line.rsplit_once('\t') {
+            Some((record, lsn)) if lsn.contains('/') => Ok(Entry {
+                lsn: parse_lsn(lsn).ok_or_else(|| format!("not an LSN in {line:?}"))?,
+                record: Record::parse(record)?,
+            }),
+            _ => Ok(Entry {
+                lsn: 0,
+                record: Record::parse(line)?,
+            }),
+        }
+    }
+}
+
+/// An LSN as PostgreSQL writes it (`pg_lsn`): two hexadecimal halves.
+pub fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
+
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    let high = u32::from_str_radix(high, 16).ok()? as u64;
+    let low = u32::from_str_radix(low, 16).ok()? as u64;
+    Some(high << 32 | low)
+}
+
+/// The entries of a ledger's complete lines, in order; any malformed line is an error.
+pub fn parse(complete: &str) -> Result<Vec<Entry>, String> {
+    complete.lines().map(Entry::parse).collect()
+}
+
+/// The records of a WAL record's payload (lines without LSNs), stamped with its LSN.
+pub fn parse_payload(payload: &str, lsn: u64) -> Result<Vec<Entry>, String> {
+    payload
+        .lines()
+        .map(|line| {
+            Ok(Entry {
+                lsn,
+                record: Record::parse(line)?,
+            })
+        })
+        .collect()
+}
+
+/// The accounts `entries` add to `accounts`, by role: only entries after `through` (all
+/// of them when it is None: nothing was applied yet).
+pub fn replay_onto(accounts: &mut BTreeMap<u32, Account>, entries: &[Entry], through: Option<u64>) {
+    for entry in entries
+        .iter()
+        .filter(|entry| through.is_none_or(|through| entry.lsn > through))
+    {
+        accounts
+            .entry(entry.record.role())
+            .or_default()
+            .apply(&entry.record);
+    }
+}
+
+/// The accounts the entries add up to, by role.
+pub fn replay(entries: &[Entry]) -> BTreeMap<u32, Account> {
+    let mut accounts = BTreeMap::new();
+    replay_onto(&mut accounts, entries, None);
     accounts
 }
 

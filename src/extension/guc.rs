@@ -12,6 +12,7 @@ const NO_SEED: i32 = -1;
 static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
 
 static REQUIRE_BUDGET: GucSetting<bool> = GucSetting::<bool>::new(false);
+static LEDGER_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
@@ -73,6 +74,17 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    // Start-up reads the snapshot and at most about this many ledger lines after it.
+    GucRegistry::define_int_guc(
+        c"pg_exp_mech.ledger_snapshot_interval",
+        c"Ledger lines between two snapshots of the privacy accounts.",
+        c"Start-up reads the last snapshot and the lines after it. The ledger file keeps every line for dp_ledger.",
+        &LEDGER_SNAPSHOT_INTERVAL,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     // Both mechanisms are ε-DP at the same ε: any role may choose.
     GucRegistry::define_enum_guc(
         c"pg_exp_mech.argmax_mechanism",
@@ -99,6 +111,11 @@ pub fn register() {
 /// Whether roles without a budget are refused.
 pub fn require_budget() -> bool {
     REQUIRE_BUDGET.get()
+}
+
+/// Ledger lines between two snapshots of the accounts.
+pub fn ledger_snapshot_interval() -> u64 {
+    LEDGER_SNAPSHOT_INTERVAL.get() as u64
 }
 
 /// How dp_argmax samples its answer.

@@ -1,7 +1,8 @@
 //! Charging the session's login role, and who must have a budget.
 
 use super::metering::is_metered;
-use super::shared::{preloaded, ACCOUNTS, LEDGER};
+use super::shared::{self, preloaded, ACCOUNTS};
+use super::wal::in_recovery;
 use crate::budget::file::LEDGER_PATH;
 use crate::budget::ledger::{self, Charge};
 use crate::error::Error;
@@ -41,6 +42,19 @@ pub fn charge(releases: &[Release]) {
     }
     let role = session_role();
     let must_have_budget = budget_required(role);
+    if in_recovery() {
+        // A standby cannot write WAL: a budgeted role is refused before any row is read;
+        // any other runs unrecorded (README: standbys).
+        if must_have_budget || has_limit(role) {
+            raise(Error::OnStandby {
+                action: format!(
+                    "differentially private aggregates of role \"{}\", which has a privacy budget, cannot be charged",
+                    role_name(role)
+                ),
+            });
+        }
+        return;
+    }
     let time = now();
     let statement = statement_fingerprint();
     let charges: Vec<Charge> = releases
@@ -54,19 +68,9 @@ pub fn charge(releases: &[Release]) {
             statement,
         })
         .collect();
-    let lines: String = charges
-        .iter()
-        .map(|charge| ledger::Record::Charge(charge.clone()).line())
-        .collect();
-    // Written (fsynced where a limit is at stake) before memory and before any row: what
-    // the client may see is always on the ledger.
-    let outcome = ACCOUNTS
-        .exclusive()
-        .accounts
-        .charge(&charges, must_have_budget, |durable| {
-            LEDGER.with(|file| file.borrow_mut().append(&lines, durable))
-        });
-    outcome
+    // In WAL and in the ledger (flushed where a limit is at stake) before memory and
+    // before any row: what the client may see is always recorded.
+    shared::charge(&charges, must_have_budget)
         .map_err(|refusal| refusal.error(|| role_name(role)))
         .or_raise();
 }

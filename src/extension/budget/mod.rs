@@ -24,6 +24,7 @@ mod charge;
 mod metering;
 mod shared;
 mod sql;
+mod wal;
 
 pub use barrier::install_barrier;
 pub use charge::require_metered;

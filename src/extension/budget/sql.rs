@@ -2,9 +2,11 @@
 //! and dp_ledger.
 
 use super::charge::{now, role_name, session_role};
-use super::shared::{preloaded, ACCOUNTS, LEDGER};
+use super::shared::{self, preloaded, ACCOUNTS};
+use super::wal::in_recovery;
+use crate::budget::accounts::Refusal;
 use crate::budget::file::{LedgerFile, LEDGER_PATH};
-use crate::budget::ledger::{Budget, Charge, Limit, Record, DELTA, EPSILON};
+use crate::budget::ledger::{lsn_text, Budget, Charge, Entry, Limit, Record, DELTA, EPSILON};
 use crate::error::Error;
 use crate::extension::{raise, OrRaise};
 use pgrx::callconv::{Arg, ArgAbi};
@@ -20,6 +22,13 @@ fn require_preloaded() {
         raise(Error::BudgetsUnavailable {
             reason: "pg_exp_mech is not in shared_preload_libraries".into(),
         });
+    }
+}
+
+/// Accounts that could not be loaded are an error to read, not an empty table.
+fn require_readable(unreadable: bool) {
+    if unreadable {
+        raise(Refusal::Unreadable.error(String::new));
     }
 }
 
@@ -87,11 +96,12 @@ fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>, delta: default!(Op
         role: role.to_u32(),
         limit,
     };
-    let line = Record::Limit(limit.clone()).line();
-    let outcome = ACCOUNTS.exclusive().accounts.set_limit(&limit, || {
-        LEDGER.with(|file| file.borrow_mut().append(&line, true))
-    });
-    outcome
+    if in_recovery() {
+        raise(Error::OnStandby {
+            action: "privacy budgets cannot be set".into(),
+        });
+    }
+    shared::set_limit(&limit)
         .map_err(|refusal| refusal.error(|| role_name(limit.role)))
         .or_raise();
 }
@@ -102,30 +112,49 @@ fn dp_budget_remaining() -> Option<f64> {
     if !preloaded() {
         return None;
     }
-    let remaining = ACCOUNTS.share().accounts.get(session_role())?.remaining()?;
+    let shared = ACCOUNTS.share();
+    require_readable(shared.accounts.is_unreadable());
+    let remaining = shared.accounts.get(session_role())?.remaining()?;
     Some(EPSILON.amount(remaining))
 }
 
 /// Whether the current role is a budget administrator: a role that may execute
-/// dp_budget_set (superusers, and roles granted EXECUTE). Fully qualified, so that no
-/// search_path can substitute another function.
-fn is_budget_administrator() -> bool {
-    Spi::get_one::<bool>(
-        "SELECT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
-           FROM pg_catalog.pg_proc p
-           JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
-          WHERE e.extname = 'pg_exp_mech' AND p.proname = 'dp_budget_set'",
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(false)
+/// dp_budget_set (superusers, and roles granted EXECUTE). Looked up in the extension's
+/// schema, so that no search_path can substitute another function; read from the
+/// catalog caches without SPI, so that it works on a standby and in a parallel worker.
+///
+/// # Safety
+/// `fcinfo` is the call info of a function of this extension (which lives in the
+/// extension's schema).
+unsafe fn is_budget_administrator(fcinfo: pg_sys::FunctionCallInfo) -> bool {
+    // SAFETY: fcinfo is as the caller promises; catalog lookups with missing_ok; the
+    // list and strings are palloc'd in the current memory context, and every pointer is
+    // checked before use.
+    unsafe {
+        let ours = (*(*fcinfo).flinfo).fn_oid;
+        let schema = pg_sys::get_namespace_name(pg_sys::get_func_namespace(ours));
+        if schema.is_null() {
+            return false;
+        }
+        let name = pg_sys::lappend(
+            pg_sys::lappend(std::ptr::null_mut(), pg_sys::makeString(schema).cast()),
+            pg_sys::makeString(pg_sys::pstrdup(c"dp_budget_set".as_ptr())).cast(),
+        );
+        let arguments = [pg_sys::REGROLEOID, pg_sys::FLOAT8OID, pg_sys::FLOAT8OID];
+        let function = pg_sys::LookupFuncName(name, 3, arguments.as_ptr(), true);
+        function != pg_sys::InvalidOid
+            && pg_sys::pg_proc_aclcheck(function, pg_sys::GetUserId(), pg_sys::ACL_EXECUTE)
+                == pg_sys::AclResult::ACLCHECK_OK
+    }
 }
 
 /// The rows of the dp_budget view: every role for a budget administrator, the session's
 /// login role for anyone else.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
-fn dp_budget_accounts() -> TableIterator<
+fn dp_budget_accounts(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> TableIterator<
     'static,
     (
         name!(role, Oid),
@@ -140,9 +169,11 @@ fn dp_budget_accounts() -> TableIterator<
     if !preloaded() {
         return TableIterator::new(Vec::new());
     }
-    let everyone = is_budget_administrator();
+    // SAFETY: PostgreSQL's call info of this function.
+    let everyone = unsafe { is_budget_administrator(fcinfo) };
     let own = session_role();
     let shared = ACCOUNTS.share();
+    require_readable(shared.accounts.is_unreadable());
     let rows: Vec<_> = shared
         .accounts
         .iter()
@@ -165,7 +196,9 @@ fn dp_budget_accounts() -> TableIterator<
 /// The rows of the dp_ledger view: budget administrators only.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
-fn dp_ledger_entries() -> TableIterator<
+fn dp_ledger_entries(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> TableIterator<
     'static,
     (
         name!(at, TimestampWithTimeZone),
@@ -175,9 +208,11 @@ fn dp_ledger_entries() -> TableIterator<
         name!(delta, Option<f64>),
         name!(aggregate, Option<String>),
         name!(statement, Option<String>),
+        name!(lsn, Option<String>),
     ),
 > {
-    if !is_budget_administrator() {
+    // SAFETY: PostgreSQL's call info of this function.
+    if !unsafe { is_budget_administrator(fcinfo) } {
         raise(Error::NotBudgetAdministrator {
             // SAFETY: a backend running a query always has a current user.
             role: role_name(unsafe { pg_sys::GetUserId() }.to_u32()),
@@ -194,32 +229,38 @@ fn dp_ledger_entries() -> TableIterator<
     let rows: Vec<_> = contents
         .records
         .into_iter()
-        .map(|record| match record {
-            Record::Limit(Limit { time, role, limit }) => (
-                at(time),
-                Oid::from(role),
-                "limit".into(),
-                limit.map(|l| l.epsilon),
-                limit.map(|l| l.delta),
-                None,
-                None,
-            ),
-            Record::Charge(Charge {
-                time,
-                role,
-                epsilon,
-                delta,
-                aggregate,
-                statement,
-            }) => (
-                at(time),
-                Oid::from(role),
-                "charge".into(),
-                Some(epsilon),
-                Some(delta),
-                Some(aggregate),
-                Some(format!("{statement:016x}")),
-            ),
+        .map(|Entry { lsn, record }| {
+            // Lines from before the ledger was WAL-logged have no position.
+            let lsn = (lsn != 0).then(|| lsn_text(lsn));
+            match record {
+                Record::Limit(Limit { time, role, limit }) => (
+                    at(time),
+                    Oid::from(role),
+                    "limit".into(),
+                    limit.map(|l| l.epsilon),
+                    limit.map(|l| l.delta),
+                    None,
+                    None,
+                    lsn,
+                ),
+                Record::Charge(Charge {
+                    time,
+                    role,
+                    epsilon,
+                    delta,
+                    aggregate,
+                    statement,
+                }) => (
+                    at(time),
+                    Oid::from(role),
+                    "charge".into(),
+                    Some(epsilon),
+                    Some(delta),
+                    Some(aggregate),
+                    Some(format!("{statement:016x}")),
+                    lsn,
+                ),
+            }
         })
         .collect();
     TableIterator::new(rows)
@@ -236,7 +277,8 @@ SELECT role::regrole AS role, epsilon_limit, epsilon_spent, epsilon_remaining,
 GRANT SELECT ON dp_budget TO PUBLIC;
 
 CREATE VIEW dp_ledger AS
-SELECT at, role::regrole AS role, kind, epsilon, delta, aggregate, statement
+SELECT at, role::regrole AS role, kind, epsilon, delta, aggregate, statement,
+       lsn::pg_lsn AS lsn
   FROM dp_ledger_entries();
 GRANT SELECT ON dp_ledger TO PUBLIC;
 
@@ -251,7 +293,7 @@ COMMENT ON FUNCTION dp_ledger_entries() IS
 COMMENT ON VIEW dp_budget IS
 'Privacy budgets: limit, spent and remaining epsilon and delta per role (a role that is not a budget administrator sees its own row).';
 COMMENT ON VIEW dp_ledger IS
-'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement; a limit row gives the epsilon and delta limits). Budget administrators only.';
+'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement, and the WAL position of its record; a limit row gives the epsilon and delta limits). Budget administrators only; readable on standbys.';
 "#,
     name = "budget_objects",
     requires = [
