@@ -85,7 +85,7 @@ pub enum Error {
     #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
     /// The shared table of accounts is full.
-    #[error("the privacy ledger tracks at most {capacity} roles, and all are in use")]
+    #[error("the privacy ledger tracks at most {capacity} roles, and all are in use (raise pg_exp_mech.max_roles and restart)")]
     TooManyRoles { capacity: usize },
     /// The ledger could not be written.
     #[error("could not write the privacy ledger: {reason}")]

@@ -122,4 +122,51 @@ out="$(sql -v VERBOSITY=verbose -c "SELECT dp_budget_set('analyst', 1)" 2>&1 || 
 assert_eq "$(first_error <<<"$out")" "55000: privacy budgets cannot be enforced: pg_exp_mech is not in shared_preload_libraries" "no preload: dp_budget_set"
 as_owner mv "$CLUSTER/data/pg_exp_mech" "$CLUSTER/data/pg_exp_mech.removed"
 assert_eq "$(sql -c 'SELECT dp_argmax(sex, 1, 1e6) FROM adult')" "Male" "no preload, no ledger: unmetered"
+
+echo "9. the table of accounts is sized from pg_exp_mech.max_roles and the ledger; refusals take no slot"
+stop_cluster "$CLUSTER"
+as_owner mv "$CLUSTER/data/pg_exp_mech.removed" "$CLUSTER/data/pg_exp_mech"
+as_owner sed -i "s/^shared_preload_libraries = ''/shared_preload_libraries = 'pg_exp_mech'/" "$CLUSTER/data/postgresql.conf"
+echo "pg_exp_mech.max_roles = 16" | as_owner tee -a "$CLUSTER/data/postgresql.conf" >/dev/null
+# A ledger naming 40 roles (lines of roles that no longer exist) and a table of 16: the
+# server starts, with room for twice the roles the ledger names.
+for role in $(seq 90001 90040); do printf 'limit	0	%s	1.0	0.0
+' "$role"; done | as_owner tee -a "$CLUSTER/data/pg_exp_mech/ledger" >/dev/null
+as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$CLUSTER/data" -l "$CLUSTER/server.log" -w start >/dev/null
+rows="$(sql -c 'SELECT count(*) FROM dp_budget')"
+[ "$rows" -gt 40 ] || fail "every role of the ledger has its account: $rows rows"
+room=$((2 * rows))
+assert_contains "$(cat "$CLUSTER/server.log")" "loaded $rows privacy accounts (room for $room)" "sized from the ledger: twice its roles"
+assert_eq "$(spent analyst)" "7.25" "the analyst's account survived"
+# Roles refused under require_budget take no slot.
+sql -c "ALTER SYSTEM SET pg_exp_mech.require_budget = on" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+out="$(sql_as newcomer newcomer-password -v VERBOSITY=verbose -c 'SELECT * FROM top_status' 2>&1 || true)"
+assert_contains "$(first_error <<<"$out")" "42501: role \"newcomer\" has no privacy budget" "refused"
+assert_eq "$(sql -c 'SELECT count(*) FROM dp_budget')" "$rows" "a refusal takes no slot"
+sql -c "ALTER SYSTEM RESET pg_exp_mech.require_budget" -c "SELECT pg_reload_conf()" >/dev/null
+# Filling the table refuses new roles only, with the fix in the message.
+sql -c "DO \$\$ BEGIN FOR i IN 1..$room - $rows LOOP
+           EXECUTE format('CREATE ROLE filler_%s', i);
+           PERFORM dp_budget_set(format('filler_%s', i)::regrole, 1);
+         END LOOP; END \$\$" >/dev/null
+out="$(sql -v VERBOSITY=verbose -c "CREATE ROLE latecomer" -c "SELECT dp_budget_set('latecomer', 1)" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "54000: the privacy ledger tracks at most $room roles, and all are in use (raise pg_exp_mech.max_roles and restart)" "a full table"
+assert_eq "$(sql_as helper helper-password -c 'SELECT * FROM top_status')" "Married-civ-spouse" "roles with a slot go on"
+# A restart sizes the table anew: twice the roles now.
+stop_cluster "$CLUSTER"
+as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$CLUSTER/data" -l "$CLUSTER/server.log" -w start >/dev/null
+sql -c "SELECT dp_budget_set('latecomer', 1)" >/dev/null
+assert_contains "$(cat "$CLUSTER/server.log")" "loaded $room privacy accounts (room for $((2 * room)))" "after a restart"
+
+echo "10. an unreadable ledger is reported as such, not as an empty table"
+stop_cluster "$CLUSTER"
+printf 'refund\t1\n' | as_owner tee -a "$CLUSTER/data/pg_exp_mech/ledger" >/dev/null
+as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$CLUSTER/data" -l "$CLUSTER/server.log" -w start >/dev/null
+unreadable="55000: privacy budgets cannot be enforced: the privacy ledger pg_exp_mech/ledger could not be read at start-up (see the server log)"
+for query in 'SELECT * FROM dp_budget' 'SELECT dp_budget_remaining()' 'SELECT * FROM top_status'; do
+    out="$(analyst -v VERBOSITY=verbose -c "$query" 2>&1 || true)"
+    assert_eq "$(first_error <<<"$out")" "$unreadable" "$query"
+done
+assert_contains "$(cat "$CLUSTER/server.log")" "cannot be read" "the server log says why"
 echo "budgets hold"

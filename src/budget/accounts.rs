@@ -1,9 +1,10 @@
 //! Every role's account in one fixed-size table, and the rules that refuse a charge or a
 //! limit: the one place they are written.
 //!
-//! The table is plain data (`#[repr(C)]`, `Copy`, no pointers), so that the SQL layer can
-//! keep it in shared memory under one lock: a check and the charge that follows it are
-//! one step for every session.
+//! The slots are plain data (`#[repr(C)]`, `Copy`, no pointers) in storage the caller
+//! gives (a `Vec` in tests, shared memory sized at start-up in the SQL layer), so that
+//! the table can live in shared memory under one lock: a check and the charge that
+//! follows it are one step for every session.
 
 use super::file::LEDGER_PATH;
 use super::ledger::{Account, Charge, Cost, Limit, Record, DELTA, EPSILON};
@@ -12,7 +13,7 @@ use crate::error::Error;
 /// One role's account.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C)]
-struct Slot {
+pub struct Slot {
     role: u32,
     has_limit: bool,
     limit: u64,
@@ -46,6 +47,9 @@ impl Slot {
 pub enum Refusal {
     /// The ledger could not be read at start-up: nothing is charged from a made-up zero.
     Unreadable,
+    /// WAL replay met more roles than the table holds (a standby whose primary has a
+    /// larger table): a role left out would look unlimited.
+    Overflowed { capacity: usize },
     /// A role that is not in the table yet and no slot is left for it.
     Full { capacity: usize },
     /// pg_exp_mech.require_budget is on and the role has no limit.
@@ -74,6 +78,11 @@ impl Refusal {
             Refusal::Unreadable => Error::BudgetsUnavailable {
                 reason: format!(
                     "the privacy ledger {LEDGER_PATH} could not be read at start-up (see the server log)"
+                ),
+            },
+            Refusal::Overflowed { capacity } => Error::BudgetsUnavailable {
+                reason: format!(
+                    "WAL replay met more than {capacity} roles, the size of the table of accounts; restart the server, which sizes it from the ledger (or raise pg_exp_mech.max_roles)"
                 ),
             },
             Refusal::Full { capacity } => Error::TooManyRoles { capacity },
@@ -107,35 +116,57 @@ impl Refusal {
     }
 }
 
-/// Every role's account, at most `CAPACITY` roles.
-#[derive(Debug, Clone, Copy)]
+/// Whether the table can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
-pub struct Accounts<const CAPACITY: usize> {
-    unreadable: bool,
-    count: u32,
-    slots: [Slot; CAPACITY],
+enum Health {
+    Ready,
+    Unreadable,
+    Overflowed,
 }
 
-impl<const CAPACITY: usize> Default for Accounts<CAPACITY> {
-    fn default() -> Self {
-        Self {
-            unreadable: false,
-            count: 0,
-            slots: [Slot::default(); CAPACITY],
-        }
+/// Every role's account, in the slots of `S` (as many roles as slots).
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct Accounts<S> {
+    health: Health,
+    count: u32,
+    slots: S,
+}
+
+impl Accounts<Vec<Slot>> {
+    /// A table of `capacity` slots on the heap.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Accounts::new(vec![Slot::default(); capacity])
     }
 }
 
-impl<const CAPACITY: usize> Accounts<CAPACITY> {
+impl<S: AsRef<[Slot]> + AsMut<[Slot]>> Accounts<S> {
+    /// An empty table over `slots` (their contents are ignored).
+    pub fn new(slots: S) -> Self {
+        Accounts {
+            health: Health::Ready,
+            count: 0,
+            slots,
+        }
+    }
+
+    /// How many roles the table holds.
+    pub fn capacity(&self) -> usize {
+        self.slots.as_ref().len()
+    }
+
     /// Fills the table from a replay of the ledger; a ledger naming more roles than the
     /// table holds leaves it unreadable (every charge refused).
     pub fn load(
         &mut self,
         accounts: impl ExactSizeIterator<Item = (u32, Account)>,
     ) -> Result<(), Refusal> {
-        if accounts.len() > CAPACITY {
-            self.unreadable = true;
-            return Err(Refusal::Full { capacity: CAPACITY });
+        if accounts.len() > self.capacity() {
+            self.health = Health::Unreadable;
+            return Err(Refusal::Full {
+                capacity: self.capacity(),
+            });
         }
         for (role, account) in accounts {
             self.slot(role)?.store(account);
@@ -145,16 +176,24 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
 
     /// Refuses every charge and limit from now on (the ledger could not be read).
     pub fn mark_unreadable(&mut self) {
-        self.unreadable = true;
+        self.health = Health::Unreadable;
     }
 
-    pub fn is_unreadable(&self) -> bool {
-        self.unreadable
+    /// Why nothing can be charged, if so.
+    pub fn unavailable(&self) -> Option<Refusal> {
+        match self.health {
+            Health::Ready => None,
+            Health::Unreadable => Some(Refusal::Unreadable),
+            Health::Overflowed => Some(Refusal::Overflowed {
+                capacity: self.capacity(),
+            }),
+        }
     }
 
     /// The account of `role`, if it has one.
     pub fn get(&self, role: u32) -> Option<Account> {
-        self.position(role).map(|at| self.slots[at].account())
+        self.position(role)
+            .map(|at| self.slots.as_ref()[at].account())
     }
 
     /// Every account, by role, in the order the roles first appeared.
@@ -174,8 +213,8 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         must_have_budget: bool,
         write: impl FnOnce(bool) -> Result<(), String>,
     ) -> Result<(), Refusal> {
-        if self.unreadable {
-            return Err(Refusal::Unreadable);
+        if let Some(refusal) = self.unavailable() {
+            return Err(refusal);
         }
         let Some(first) = charges.first() else {
             return Ok(());
@@ -184,7 +223,8 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         // One scan of the table (the lock is held): the slot is taken only once every
         // rule has passed.
         let found = self.position(first.role);
-        let mut account = found.map_or_else(Account::default, |at| self.slots[at].account());
+        let mut account =
+            found.map_or_else(Account::default, |at| self.slots.as_ref()[at].account());
         if account.limit.is_none() && must_have_budget {
             return Err(Refusal::NoBudget);
         }
@@ -223,7 +263,7 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         for charge in charges {
             account.apply(&Record::Charge(charge.clone()));
         }
-        self.slots[at].store(account);
+        self.slots.as_mut()[at].store(account);
         Ok(())
     }
 
@@ -234,8 +274,8 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
         limit: &Limit,
         write: impl FnOnce() -> Result<(), String>,
     ) -> Result<(), Refusal> {
-        if self.unreadable {
-            return Err(Refusal::Unreadable);
+        if let Some(refusal) = self.unavailable() {
+            return Err(refusal);
         }
         let slot = self.slot(limit.role)?;
         write().map_err(|reason| Refusal::Write { reason })?;
@@ -246,17 +286,25 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
     }
 
     /// Applies a record replayed from WAL: it was checked where it was written, so no
-    /// rule is applied again; only a full table refuses it.
+    /// rule is applied again. A role that does not fit leaves the table overflowed:
+    /// every charge is refused until a restart sizes the table anew.
     pub fn replay(&mut self, record: &Record) -> Result<(), Refusal> {
-        let slot = self.slot(record.role())?;
-        let mut account = slot.account();
-        account.apply(record);
-        slot.store(account);
-        Ok(())
+        match self.slot(record.role()) {
+            Ok(slot) => {
+                let mut account = slot.account();
+                account.apply(record);
+                slot.store(account);
+                Ok(())
+            }
+            Err(_) => {
+                self.health = Health::Overflowed;
+                Err(self.unavailable().expect("overflowed"))
+            }
+        }
     }
 
     fn used(&self) -> &[Slot] {
-        &self.slots[..self.count as usize]
+        &self.slots.as_ref()[..self.count as usize]
     }
 
     /// Where `role`'s slot is, if it has one.
@@ -270,17 +318,19 @@ impl<const CAPACITY: usize> Accounts<CAPACITY> {
             Some(at) => at,
             None => self.take_slot(role)?,
         };
-        Ok(&mut self.slots[at])
+        Ok(&mut self.slots.as_mut()[at])
     }
 
     /// Takes a new slot for `role`, which has none.
     fn take_slot(&mut self, role: u32) -> Result<usize, Refusal> {
         let count = self.count as usize;
-        if count == CAPACITY {
-            return Err(Refusal::Full { capacity: CAPACITY });
+        if count == self.capacity() {
+            return Err(Refusal::Full {
+                capacity: self.capacity(),
+            });
         }
         self.count += 1;
-        self.slots[count] = Slot {
+        self.slots.as_mut()[count] = Slot {
             role,
             ..Slot::default()
         };
@@ -325,7 +375,7 @@ mod tests {
 
     #[test]
     fn charges_within_the_limit_are_written_durably_then_applied() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         let mut log = Vec::new();
         accounts
             .set_limit(&limit(10, Some(1.0)), || Ok(()))
@@ -350,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_charge_past_the_limit_is_refused_and_not_written() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         accounts
             .set_limit(&limit(10, Some(0.6)), || Ok(()))
             .unwrap();
@@ -374,7 +424,7 @@ mod tests {
 
     #[test]
     fn the_charges_of_a_statement_are_taken_together_or_not_at_all() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         accounts
             .set_limit(&limit(10, Some(1.0)), || Ok(()))
             .unwrap();
@@ -403,7 +453,7 @@ mod tests {
 
     #[test]
     fn delta_past_its_limit_is_refused() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         accounts
             .set_limit(&limit(10, Some(100.0)), || Ok(()))
             .unwrap();
@@ -437,7 +487,7 @@ mod tests {
 
     #[test]
     fn require_budget_refuses_a_role_without_a_limit_and_spends_no_slot() {
-        let mut accounts = Accounts::<1>::default();
+        let mut accounts = Accounts::with_capacity(1);
         let refusal = accounts
             .charge(&[charge(10, 0.1)], true, |_| panic!("not written"))
             .unwrap_err();
@@ -458,7 +508,7 @@ mod tests {
 
     #[test]
     fn a_full_table_refuses_new_roles_only() {
-        let mut accounts = Accounts::<2>::default();
+        let mut accounts = Accounts::with_capacity(2);
         accounts
             .charge(&[charge(1, 0.1)], false, |_| Ok(()))
             .unwrap();
@@ -474,7 +524,7 @@ mod tests {
         );
         assert_eq!(
             full.error(String::new).to_string(),
-            "the privacy ledger tracks at most 2 roles, and all are in use"
+            "the privacy ledger tracks at most 2 roles, and all are in use (raise pg_exp_mech.max_roles and restart)"
         );
         accounts
             .charge(&[charge(1, 0.1)], false, |_| Ok(()))
@@ -486,9 +536,9 @@ mod tests {
 
     #[test]
     fn an_unreadable_ledger_refuses_everything() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         accounts.mark_unreadable();
-        assert!(accounts.is_unreadable());
+        assert_eq!(accounts.unavailable(), Some(Refusal::Unreadable));
         let refusal = accounts
             .charge(&[charge(1, 0.1)], false, |_| panic!("not written"))
             .unwrap_err();
@@ -506,8 +556,27 @@ mod tests {
     }
 
     #[test]
+    fn replay_past_the_table_overflows_it_until_a_restart() {
+        let mut accounts = Accounts::with_capacity(1);
+        accounts.replay(&Record::Charge(charge(1, 0.5))).unwrap();
+        assert_eq!(accounts.get(1).unwrap().spent, EPSILON.charge(0.5));
+        let refusal = accounts
+            .replay(&Record::Limit(limit(2, Some(1.0))))
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::Overflowed { capacity: 1 });
+        assert_eq!(
+            accounts.charge(&[charge(1, 0.1)], false, |_| panic!("not written")),
+            Err(refusal.clone())
+        );
+        assert_eq!(
+            refusal.error(String::new).to_string(),
+            "privacy budgets cannot be enforced: WAL replay met more than 1 roles, the size of the table of accounts; restart the server, which sizes it from the ledger (or raise pg_exp_mech.max_roles)"
+        );
+    }
+
+    #[test]
     fn a_failed_write_changes_nothing() {
-        let mut accounts = Accounts::<4>::default();
+        let mut accounts = Accounts::with_capacity(4);
         accounts.set_limit(&limit(1, Some(1.0)), || Ok(())).unwrap();
         let refusal = accounts
             .charge(&[charge(1, 0.5)], false, |_| Err("disk full".into()))
@@ -525,7 +594,7 @@ mod tests {
 
     #[test]
     fn load_refuses_a_ledger_with_more_roles_than_slots() {
-        let mut accounts = Accounts::<2>::default();
+        let mut accounts = Accounts::with_capacity(2);
         let three = (1..=3)
             .map(|role| (role, Account::default()))
             .collect::<Vec<_>>();
@@ -533,8 +602,8 @@ mod tests {
             accounts.load(three.into_iter()),
             Err(Refusal::Full { capacity: 2 })
         );
-        assert!(accounts.is_unreadable());
-        let mut accounts = Accounts::<2>::default();
+        assert_eq!(accounts.unavailable(), Some(Refusal::Unreadable));
+        let mut accounts = Accounts::with_capacity(2);
         let two = [
             (
                 5,

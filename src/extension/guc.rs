@@ -12,6 +12,7 @@ const NO_SEED: i32 = -1;
 static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
 
 static REQUIRE_BUDGET: GucSetting<bool> = GucSetting::<bool>::new(false);
+static MAX_ROLES: GucSetting<i32> = GucSetting::<i32>::new(4096);
 static LEDGER_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
@@ -111,6 +112,27 @@ pub fn register() {
 /// Whether roles without a budget are refused.
 pub fn require_budget() -> bool {
     REQUIRE_BUDGET.get()
+}
+
+/// The settings of a preloaded library (a server-start setting can be defined only
+/// then); called from _PG_init while preloading.
+pub fn register_preloaded() {
+    // Shared memory is sized once, at server start.
+    GucRegistry::define_int_guc(
+        c"pg_exp_mech.max_roles",
+        c"How many roles the shared table of privacy accounts holds (at least twice the roles in the ledger).",
+        c"Sized at server start: max(this, 2 x the roles the ledger names). Each role takes 40 bytes of shared memory.",
+        &MAX_ROLES,
+        16,
+        1 << 24,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The least number of roles the shared accounts hold.
+pub fn max_roles() -> usize {
+    MAX_ROLES.get() as usize
 }
 
 /// Ledger lines between two snapshots of the accounts.

@@ -3,20 +3,16 @@
 //! ledger (WAL record, then file line); and the replay of WAL records.
 
 use super::wal;
-use crate::budget::accounts::{Accounts, Refusal};
+use crate::budget::accounts::{Accounts, Refusal, Slot};
 use crate::budget::file::{read_snapshot, write_snapshot, LedgerFile, LEDGER_PATH, SNAPSHOT_PATH};
 use crate::budget::ledger::{self, Entry, Record};
 use crate::budget::snapshot::Snapshot;
 use crate::extension::guc;
-use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
-use pgrx::{pg_shmem_init, PGRXSharedMemory};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// How many roles the shared accounts hold.
-pub const CAPACITY: usize = 4096;
 
 /// Where the accounts stand against WAL and the ledger file.
 #[derive(Clone, Copy, Default, Debug)]
@@ -40,27 +36,112 @@ impl Position {
     }
 }
 
-/// The accounts, and whether this shared memory has loaded them yet.
-#[derive(Clone, Copy, Default)]
+/// The slots of the table in shared memory, right after [`SharedAccounts`]. The segment
+/// is mapped at one address in every process (children inherit it), so the pointer is
+/// valid wherever the table is read.
+#[derive(Clone, Copy)]
 #[repr(C)]
-pub struct SharedAccounts {
-    loaded: bool,
-    position: Position,
-    pub accounts: Accounts<CAPACITY>,
+pub struct SharedSlots {
+    start: *mut Slot,
+    len: usize,
 }
 
-// SAFETY: PGRXSharedMemory asks for plain data that is valid when copied byte for byte
-// into shared memory: SharedAccounts is `#[repr(C)]` and `Copy`, with no pointers, and
-// every access goes through ACCOUNTS' LWLock.
-unsafe impl PGRXSharedMemory for SharedAccounts {}
+impl AsRef<[Slot]> for SharedSlots {
+    fn as_ref(&self) -> &[Slot] {
+        // SAFETY: `len` initialised slots start at `start` in the segment, and callers
+        // reach them only through the lock's guard.
+        unsafe { std::slice::from_raw_parts(self.start, self.len) }
+    }
+}
 
-// SAFETY: the name is a static C string, and pg_shmem_init! registers the lock while the
-// library is preloaded, before any backend can take it.
-pub static ACCOUNTS: PgLwLock<SharedAccounts> = unsafe { PgLwLock::new(c"pg_exp_mech budgets") };
+impl AsMut<[Slot]> for SharedSlots {
+    fn as_mut(&mut self) -> &mut [Slot] {
+        // SAFETY: as above; a `&mut` is reached only through the exclusive guard.
+        unsafe { std::slice::from_raw_parts_mut(self.start, self.len) }
+    }
+}
+
+/// The table of accounts and where it stands, in shared memory.
+#[repr(C)]
+pub struct SharedAccounts {
+    position: Position,
+    pub accounts: Accounts<SharedSlots>,
+}
+
+const REGION_NAME: &CStr = c"pg_exp_mech accounts";
+const LOCK_NAME: &CStr = c"pg_exp_mech budgets";
+
+/// This process's pointers to the region and its lock, set by the shmem startup hook.
+static mut REGION: *mut SharedAccounts = std::ptr::null_mut();
+static mut LOCK: *mut pg_sys::LWLock = std::ptr::null_mut();
+/// How many slots were requested (set in the postmaster, inherited by children).
+static mut CAPACITY: usize = 0;
+/// The ledger read while sizing the table, handed to the first load (postmaster only).
+static mut FIRST_READ: Option<Result<LedgerRead, String>> = None;
+
+/// The lock of the shared accounts: `ACCOUNTS.share()` and `ACCOUNTS.exclusive()`.
+pub struct AccountsLock;
+pub static ACCOUNTS: AccountsLock = AccountsLock;
+
+/// The shared accounts, with the lock held until it is dropped (also when an error
+/// unwinds, before PostgreSQL's abort processing).
+pub struct Guard<const EXCLUSIVE: bool> {
+    region: *mut SharedAccounts,
+    lock: *mut pg_sys::LWLock,
+}
+
+impl AccountsLock {
+    pub fn share(&self) -> Guard<false> {
+        Self::acquire(pg_sys::LWLockMode::LW_SHARED)
+    }
+
+    pub fn exclusive(&self) -> Guard<true> {
+        Self::acquire(pg_sys::LWLockMode::LW_EXCLUSIVE)
+    }
+
+    fn acquire<const EXCLUSIVE: bool>(mode: pg_sys::LWLockMode::Type) -> Guard<EXCLUSIVE> {
+        // SAFETY: callers check preloaded() first; the startup hook set both pointers in
+        // the postmaster before any child was forked.
+        unsafe {
+            assert!(
+                !REGION.is_null(),
+                "pg_exp_mech: the shared accounts are not attached"
+            );
+            pg_sys::LWLockAcquire(LOCK, mode);
+            Guard {
+                region: REGION,
+                lock: LOCK,
+            }
+        }
+    }
+}
+
+impl<const EXCLUSIVE: bool> std::ops::Deref for Guard<EXCLUSIVE> {
+    type Target = SharedAccounts;
+    fn deref(&self) -> &SharedAccounts {
+        // SAFETY: the lock is held (shared at least) while the guard lives.
+        unsafe { &*self.region }
+    }
+}
+
+impl std::ops::DerefMut for Guard<true> {
+    fn deref_mut(&mut self) -> &mut SharedAccounts {
+        // SAFETY: the lock is held exclusively while the guard lives.
+        unsafe { &mut *self.region }
+    }
+}
+
+impl<const EXCLUSIVE: bool> Drop for Guard<EXCLUSIVE> {
+    fn drop(&mut self) {
+        // SAFETY: this guard acquired the lock and releases it once.
+        unsafe { pg_sys::LWLockRelease(self.lock) }
+    }
+}
 
 /// Whether this process has the shared accounts (pg_exp_mech is preloaded).
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
+static mut PREVIOUS_SHMEM_REQUEST: Option<unsafe extern "C-unwind" fn()> = None;
 static mut PREVIOUS_SHMEM_STARTUP: Option<unsafe extern "C-unwind" fn()> = None;
 
 thread_local! {
@@ -76,51 +157,119 @@ pub fn preloaded() -> bool {
 /// Reserves the shared accounts and registers the WAL resource manager; called from
 /// _PG_init while preloading.
 pub fn init_shared_memory() {
-    pg_shmem_init!(ACCOUNTS);
+    guc::register_preloaded();
     wal::register();
     // SAFETY: _PG_init runs in the postmaster while shared_preload_libraries are loaded,
-    // single-threaded, before any hook is called: nothing else reads or writes the hook.
+    // single-threaded, before any hook is called: nothing else reads or writes the hooks.
     unsafe {
-        // Runs after pgrx's hook (which attaches ACCOUNTS): it is the previous one.
+        PREVIOUS_SHMEM_REQUEST = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(request_shared_memory);
         PREVIOUS_SHMEM_STARTUP = pg_sys::shmem_startup_hook;
-        pg_sys::shmem_startup_hook = Some(load_ledger);
+        pg_sys::shmem_startup_hook = Some(attach_shared_memory);
     }
     PRELOADED.store(true, Ordering::Relaxed);
 }
 
-/// Loads the accounts into shared memory, once per shared memory: the snapshot, then
-/// the ledger lines after it. WAL replay (crash recovery, a standby) then applies the
+/// What start-up reads: the accounts, where they stand, whether a torn last line was
+/// cut away, and how long the reading took (ms).
+type LedgerRead = (BTreeMap<u32, ledger::Account>, Position, bool, f64);
+
+/// Sizes the table: pg_exp_mech.max_roles, or twice the roles the ledger names if that
+/// is more, so that no ledger can keep the server from starting and there is room to
+/// grow. Runs once in the postmaster (the working directory is the data directory).
+#[pg_guard]
+unsafe extern "C-unwind" fn request_shared_memory() {
+    // SAFETY: set once in init_shared_memory; a previous hook is a valid function.
+    if let Some(previous) = unsafe { PREVIOUS_SHMEM_REQUEST } {
+        // SAFETY: as above.
+        unsafe { previous() };
+    }
+    let read = read_ledger();
+    let roles = read.as_ref().map_or(0, |(accounts, ..)| accounts.len());
+    let capacity = guc::max_roles().max(2 * roles);
+    // SAFETY: the postmaster is single-threaded here; the statics are set before any
+    // child exists, which inherits them.
+    unsafe {
+        CAPACITY = capacity;
+        FIRST_READ = Some(read);
+        pg_sys::RequestAddinShmemSpace(region_size(capacity));
+        pg_sys::RequestNamedLWLockTranche(LOCK_NAME.as_ptr(), 1);
+    }
+}
+
+fn region_size(capacity: usize) -> usize {
+    std::mem::size_of::<SharedAccounts>() + capacity * std::mem::size_of::<Slot>()
+}
+
+/// Creates (or attaches to) the region; a new one is loaded from the snapshot and the
+/// ledger lines after it. WAL replay (crash recovery, a standby) then applies the
 /// records after those. A last line cut short by a crash is truncated away: its write
 /// never completed, so its result never left.
 #[pg_guard]
-unsafe extern "C-unwind" fn load_ledger() {
-    // SAFETY: set once in init_shared_memory before this hook could run; a previous
-    // hook is a valid function of the library that installed it.
+unsafe extern "C-unwind" fn attach_shared_memory() {
+    // SAFETY: set once in init_shared_memory; a previous hook is a valid function.
     if let Some(previous) = unsafe { PREVIOUS_SHMEM_STARTUP } {
         // SAFETY: as above.
         unsafe { previous() };
     }
-    let mut shared = ACCOUNTS.exclusive();
-    if shared.loaded {
-        return;
+    // SAFETY: AddinShmemInitLock (MainLWLockArray[21], as pgrx's own shared memory
+    // uses it) serialises region creation; ShmemInitStruct returns `region_size` bytes
+    // reserved by request_shared_memory, zeroed or as another process left them.
+    let created = unsafe {
+        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let region =
+            pg_sys::ShmemInitStruct(REGION_NAME.as_ptr(), region_size(CAPACITY), &mut found)
+                as *mut SharedAccounts;
+        if !found {
+            let slots = SharedSlots {
+                start: region.add(1) as *mut Slot,
+                len: CAPACITY,
+            };
+            for at in 0..CAPACITY {
+                slots.start.add(at).write(Slot::default());
+            }
+            region.write(SharedAccounts {
+                position: Position::default(),
+                accounts: Accounts::new(slots),
+            });
+        }
+        REGION = region;
+        LOCK = &raw mut (*pg_sys::GetNamedLWLockTranche(LOCK_NAME.as_ptr())).lock;
+        pg_sys::LWLockRelease(init_lock);
+        !found
+    };
+    if created {
+        load_ledger();
     }
-    shared.loaded = true;
-    let started = std::time::Instant::now();
-    match read_ledger() {
-        Ok((accounts, position, torn)) => {
+}
+
+/// Loads the ledger into a new region: read while sizing it the first time, read again
+/// after a crash restart.
+fn load_ledger() {
+    // SAFETY: the postmaster is single-threaded; FIRST_READ is taken once.
+    let read = unsafe { std::ptr::replace(&raw mut FIRST_READ, None) }.unwrap_or_else(read_ledger);
+    let mut shared = ACCOUNTS.exclusive();
+    match read {
+        Ok((accounts, position, torn, milliseconds)) => {
             if torn {
                 log!("pg_exp_mech: dropped a ledger line cut short by a crash");
             }
             shared.position = position;
             let roles = accounts.len();
-            if let Err(Refusal::Full { capacity }) = shared.accounts.load(accounts.into_iter()) {
-                warning!("pg_exp_mech: the privacy ledger has more than {capacity} roles; every DP aggregate is refused");
+            if let Err(refusal) = shared.accounts.load(accounts.into_iter()) {
+                warning!(
+                    "pg_exp_mech: {}; every DP aggregate is refused until the server restarts",
+                    refusal.error(String::new)
+                );
             }
             log!(
-                "pg_exp_mech: loaded {roles} privacy accounts through WAL position {} ({} ledger lines replayed) in {:.1} ms",
+                "pg_exp_mech: loaded {roles} privacy accounts (room for {}) through WAL position {} ({} ledger lines replayed) in {:.1} ms",
+                shared.accounts.capacity(),
                 ledger::lsn_text(position.through),
                 position.since_snapshot,
-                started.elapsed().as_secs_f64() * 1e3
+                milliseconds
             );
             snapshot_if_due(&mut shared);
         }
@@ -133,8 +282,8 @@ unsafe extern "C-unwind" fn load_ledger() {
 
 /// The accounts of the snapshot and the ledger lines after it, where they stand, and
 /// whether a torn last line was cut away.
-#[allow(clippy::type_complexity)]
-fn read_ledger() -> Result<(BTreeMap<u32, ledger::Account>, Position, bool), String> {
+fn read_ledger() -> Result<LedgerRead, String> {
+    let started = std::time::Instant::now();
     let snapshot = read_snapshot(SNAPSHOT_PATH)?;
     let file = LedgerFile::new(LEDGER_PATH);
     let offset = snapshot.as_ref().map_or(0, |s| s.offset);
@@ -149,14 +298,21 @@ fn read_ledger() -> Result<(BTreeMap<u32, ledger::Account>, Position, bool), Str
         .map(|s| s.accounts.into_iter().collect())
         .unwrap_or_default();
     ledger::replay_onto(&mut accounts, &contents.records, through);
-    let file_through = file.last_entry()?.map_or(0, |entry| entry.lsn);
+    // The newest record of the file: its last line (lines are appended in LSN order; a
+    // line from before the WAL-logged ledger has none).
+    let newest = contents.records.iter().map(|entry| entry.lsn).max();
+    let file_through = file
+        .last_entry()?
+        .map_or(0, |entry| entry.lsn)
+        .max(newest.unwrap_or(0));
     let position = Position {
         through: through.unwrap_or(0).max(file_through),
         file_through,
         file_length: contents.complete,
         since_snapshot: contents.records.len() as u64,
     };
-    Ok((accounts, position, contents.torn > 0))
+    let milliseconds = started.elapsed().as_secs_f64() * 1e3;
+    Ok((accounts, position, contents.torn > 0, milliseconds))
 }
 
 /// Writes a snapshot once enough lines were written since the last one, so that start-up
@@ -273,7 +429,7 @@ pub fn apply_replayed(entries: &[Entry]) {
         return;
     };
     let mut shared = ACCOUNTS.exclusive();
-    if shared.accounts.is_unreadable() {
+    if shared.accounts.unavailable() == Some(Refusal::Unreadable) {
         // Nothing is charged from a ledger that could not be read; the DBA repairs the
         // file and restarts, and replay applies this record again.
         return;
@@ -296,9 +452,8 @@ pub fn apply_replayed(entries: &[Entry]) {
     }
     if lsn > position.through {
         for entry in entries {
-            if let Err(Refusal::Full { capacity }) = accounts.replay(&entry.record) {
-                accounts.mark_unreadable();
-                warning!("pg_exp_mech: replay found more than {capacity} roles; every DP aggregate is refused until the server restarts");
+            if let Err(refusal) = accounts.replay(&entry.record) {
+                warning!("pg_exp_mech: {}", refusal.error(String::new));
             }
         }
         position.through = lsn;

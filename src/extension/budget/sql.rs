@@ -26,9 +26,9 @@ fn require_preloaded() {
 }
 
 /// Accounts that could not be loaded are an error to read, not an empty table.
-fn require_readable(unreadable: bool) {
-    if unreadable {
-        raise(Refusal::Unreadable.error(String::new));
+fn require_readable(unavailable: Option<Refusal>) {
+    if let Some(refusal) = unavailable {
+        raise(refusal.error(String::new));
     }
 }
 
@@ -113,7 +113,7 @@ fn dp_budget_remaining() -> Option<f64> {
         return None;
     }
     let shared = ACCOUNTS.share();
-    require_readable(shared.accounts.is_unreadable());
+    require_readable(shared.accounts.unavailable());
     let remaining = shared.accounts.get(session_role())?.remaining()?;
     Some(EPSILON.amount(remaining))
 }
@@ -173,7 +173,7 @@ fn dp_budget_accounts(
     let everyone = unsafe { is_budget_administrator(fcinfo) };
     let own = session_role();
     let shared = ACCOUNTS.share();
-    require_readable(shared.accounts.is_unreadable());
+    require_readable(shared.accounts.unavailable());
     let rows: Vec<_> = shared
         .accounts
         .iter()
