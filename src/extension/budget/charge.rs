@@ -44,7 +44,12 @@ pub fn charge(releases: &[Release]) {
     let must_have_budget = budget_required(role);
     if in_recovery() {
         // A standby cannot write WAL: a budgeted role is refused before any row is read;
-        // any other runs unrecorded (README: standbys).
+        // any other runs unrecorded (README: standbys). A table that misses accounts
+        // cannot tell who is budgeted: refused.
+        let unavailable = ACCOUNTS.share().accounts.unavailable();
+        if let Some(refusal) = unavailable {
+            raise(refusal.error(|| role_name(role)));
+        }
         if must_have_budget || has_limit(role) {
             raise(Error::OnStandby {
                 action: format!(

@@ -319,7 +319,11 @@ fn read_ledger() -> Result<LedgerRead, String> {
 /// reads at most about pg_exp_mech.ledger_snapshot_interval lines. A failure only delays
 /// the next snapshot.
 fn snapshot_if_due(shared: &mut SharedAccounts) {
-    if shared.position.since_snapshot < guc::ledger_snapshot_interval() {
+    // A table that is unreadable or overflowed misses accounts: a snapshot of it would
+    // make the next start-up skip the lines that hold them.
+    if shared.position.since_snapshot < guc::ledger_snapshot_interval()
+        || shared.accounts.unavailable().is_some()
+    {
         return;
     }
     let snapshot = Snapshot {
@@ -353,6 +357,11 @@ impl CriticalSection {
 
 impl Drop for CriticalSection {
     fn drop(&mut self) {
+        // An error inside unwinds as a Rust panic to pgrx's boundary, which reports it
+        // after this drop: left in the critical section, PostgreSQL makes it a PANIC.
+        if std::thread::panicking() {
+            return;
+        }
         // SAFETY: undoes enter, in the same process.
         unsafe {
             (*pg_sys::MyProc).delayChkptFlags &= !(pg_sys::DELAY_CHKPT_START as i32);
@@ -362,15 +371,15 @@ impl Drop for CriticalSection {
 }
 
 /// Writes `records` (a statement's charges, or one limit) to WAL as one record, then to
-/// the ledger file, each durably with `durable` (a limit is at stake). Fails only before
+/// the ledger file (fsynced with `durable`: a limit is at stake). Fails only before
 /// anything is written; the caller applies the records to the accounts after.
 fn write(position: &mut Position, records: &[Record], durable: bool) -> Result<(), String> {
     LEDGER.with(|file| file.borrow_mut().open())?;
     let section = CriticalSection::enter();
     let lsn = wal::insert(records);
-    if durable {
-        wal::flush(lsn);
-    }
+    // Always flushed before its line exists: a line whose record a crash lost would
+    // stand for an LSN that WAL after the crash reuses, and replay would skip records.
+    wal::flush(lsn);
     let lines: String = records
         .iter()
         .map(|record| {
@@ -430,9 +439,9 @@ pub fn apply_replayed(entries: &[Entry]) {
     };
     let mut shared = ACCOUNTS.exclusive();
     if shared.accounts.unavailable() == Some(Refusal::Unreadable) {
-        // Nothing is charged from a ledger that could not be read; the DBA repairs the
-        // file and restarts, and replay applies this record again.
-        return;
+        // Skipping the record would lose it once a checkpoint passed it: replay stops
+        // here, and resumes from this record once the DBA has repaired the file.
+        error!("pg_exp_mech: cannot replay a ledger record at {}: the privacy ledger {LEDGER_PATH} could not be read at start-up (see above); repair it and start the server again", ledger::lsn_text(lsn));
     }
     let SharedAccounts {
         position, accounts, ..
