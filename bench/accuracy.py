@@ -16,6 +16,13 @@ Grouped: the median hours per week of every occupation (a GROUP BY) at a total e
 GROUP BY is charged now) against each group at epsilon / groups (what charging every group
 separately left). The median over groups and draws of |answer - true median of the group|.
 `--grouped-only` runs this study alone (a minute) and writes bench/out/accuracy_grouped.md.
+
+Many quantiles: dp_quantiles for m = 3, 9, 19, 99 evenly spaced alphas (j / (m + 1)) on
+the four columns at epsilon 0.1 and 1, default grid: recursive splitting (the default)
+against the epsilon / m split (pg_exp_mech.quantiles_method = split). Per draw, the mean
+over the m quantiles of |answer - true quantile|; the table gives the median (and mean)
+of that over the draws. `--multi-only` runs this study alone and writes
+bench/out/accuracy_multi.md.
 """
 
 import argparse
@@ -185,6 +192,55 @@ def grouped_study(connection):
     return results
 
 
+MULTI_COUNTS = [3, 9, 19, 99]
+MULTI_EPSILONS = [0.1, 1.0]
+MULTI_METHODS = ["recursive", "split"]
+
+
+def multi_quantile_study(connection):
+    """Mean error over m quantiles, recursive splitting against the epsilon / m split."""
+    results = []
+    with connection.cursor() as cursor:
+        for table, column, lo, hi in COLUMNS:
+            data = column_values(connection, table, column)
+            for m in MULTI_COUNTS:
+                alphas = [j / (m + 1) for j in range(1, m + 1)]
+                truths = np.array([float(np.quantile(data, a, method="inverted_cdf"))
+                                   for a in alphas])
+                array = "ARRAY[" + ", ".join(repr(a) for a in alphas) + "]::float8[]"
+                for epsilon in MULTI_EPSILONS:
+                    row = {"column": column if table == "adult" else "lognormal", "m": m,
+                           "epsilon": epsilon}
+                    for method in MULTI_METHODS:
+                        cursor.execute(f"SET pg_exp_mech.quantiles_method = {method}")
+                        cursor.execute(
+                            f"SELECT (SELECT dp_quantiles({column}, {array}, {lo}, {hi}, "
+                            f"{epsilon}) FROM {table} WHERE g > 0) "
+                            f"FROM generate_series(1, {DRAWS}) g")
+                        errors = [float(np.mean(np.abs(np.array(answers) - truths)))
+                                  for (answers,) in cursor.fetchall()]
+                        row[method] = statistics.median(errors)
+                        row[method + "_mean"] = statistics.fmean(errors)
+                    cursor.execute("RESET pg_exp_mech.quantiles_method")
+                    results.append(row)
+                    print(f"{row['column']:15} m {m:3} eps {epsilon:4}: recursive "
+                          f"{row['recursive']:10.3g}  split {row['split']:10.3g}  ratio "
+                          f"{row['recursive'] / row['split']:.2f}", flush=True)
+    return results
+
+
+def multi_table(multi):
+    lines = ["| column | m | epsilon | recursive: median (mean) of the mean abs error | "
+             "epsilon / m split: median (mean) | recursive / split |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in multi:
+        ratio = r["recursive"] / r["split"] if r["split"] else float("nan")
+        lines.append(f"| {r['column']} | {r['m']} | {r['epsilon']} | {r['recursive']:.3g} "
+                     f"({r['recursive_mean']:.3g}) | {r['split']:.3g} ({r['split_mean']:.3g}) "
+                     f"| {ratio:.2f} |")
+    return lines
+
+
 def grouped_table(grouped):
     lines = ["| total epsilon | groups | each group at epsilon (parallel composition): "
              "median (mean) abs error | each group at epsilon / groups: median (mean) abs "
@@ -204,7 +260,7 @@ def cell(row, system):
     return f"{error} ({failed} of {DRAWS} draws failed)" if failed else error
 
 
-def write_tables(quantiles, selection, grouped, out):
+def write_tables(quantiles, selection, grouped, multi, out):
     lines = ["| column | alpha | epsilon | true quantile | " + " | ".join(SYSTEMS) + " |",
              "| --- | --- | --- | --- |" + " --- |" * len(SYSTEMS)]
     for r in quantiles:
@@ -216,14 +272,15 @@ def write_tables(quantiles, selection, grouped, out):
         lines.append(f"| {r['epsilon']} | {r['pg_exp_mech']:.3f} | {r['OpenDP']:.3f} | "
                      f"{r['diffprivlib']:.3f} |")
     lines += [""] + grouped_table(grouped)
+    lines += [""] + multi_table(multi)
     table = "\n".join(lines)
     with open(os.path.join(out, "accuracy.md"), "w") as f:
         f.write(table + "\n")
     print(table)
 
 
-def plot(quantiles, selection, path):
-    figure, axes = plt.subplots(1, 5, figsize=(22, 4.4))
+def plot(quantiles, selection, multi, path):
+    figure, axes = plt.subplots(1, 6, figsize=(26, 4.4))
     styles = dict(zip(SYSTEMS, ["o-", "s--", "^:", "x-."]))
     for axis, column in zip(axes, ["age", "hours_per_week", "capital_gain", "lognormal"]):
         for system in SYSTEMS:
@@ -243,6 +300,16 @@ def plot(quantiles, selection, path):
              title="most common occupation: P(right)")
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
+    axis = axes[5]
+    for method, style in [("recursive", "o-"), ("split", "s--")]:
+        for epsilon, color in [(0.1, "tab:red"), (1.0, "tab:blue")]:
+            rows = [r for r in multi if r["column"] == "age" and r["epsilon"] == epsilon]
+            axis.plot([r["m"] for r in rows], [max(r[method], 1e-3) for r in rows], style,
+                      color=color, label=f"{method}, epsilon {epsilon}")
+    axis.set(xscale="log", yscale="log", xlabel="m quantiles",
+             title="m quantiles of age: median of mean |error|")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
     figure.suptitle(f"Accuracy at equal epsilon on the UCI Adult data and a lognormal column "
                     f"({DRAWS} draws per point, {SELECTION_DRAWS} for selection; errors below 1e-3 "
                     f"are drawn at 1e-3; a missing point: every draw failed)")
@@ -256,6 +323,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--plot", required=True)
     parser.add_argument("--grouped-only", action="store_true")
+    parser.add_argument("--multi-only", action="store_true")
     arguments = parser.parse_args()
     with psycopg.connect(arguments.dsn, autocommit=True) as connection:
         if arguments.grouped_only:
@@ -265,11 +333,18 @@ def main():
             print(table)
             return
         load_lognormal(connection)
+        if arguments.multi_only:
+            table = "\n".join(multi_table(multi_quantile_study(connection)))
+            with open(os.path.join(arguments.out, "accuracy_multi.md"), "w") as f:
+                f.write(table + "\n")
+            print(table)
+            return
         quantiles = quantile_study(connection)
         selection = selection_study(connection)
         grouped = grouped_study(connection)
-    write_tables(quantiles, selection, grouped, arguments.out)
-    plot(quantiles, selection, arguments.plot)
+        multi = multi_quantile_study(connection)
+    write_tables(quantiles, selection, grouped, multi, arguments.out)
+    plot(quantiles, selection, multi, arguments.plot)
 
 
 if __name__ == "__main__":

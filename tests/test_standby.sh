@@ -5,8 +5,11 @@
 # library stops replay with an error that names the fix; snapshots bound start-up.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO"
+ARCHIVE="$TEST_ROOT/standby_archive"
+as_root rm -rf "$ARCHIVE"; mkdir -p "$ARCHIVE"; chown postgres: "$ARCHIVE"
 new_cluster standby_primary "wal_level = replica" "max_wal_senders = 6" \
-    "pg_exp_mech.ledger_snapshot_interval = 5"
+    "pg_exp_mech.ledger_snapshot_interval = 5" "archive_mode = on" \
+    "archive_command = 'cp %p $ARCHIVE/%f'"
 PRIMARY="$CLUSTER" PRIMARY_PORT="$PORT"
 STANDBY="$TEST_ROOT/standby_replica" STANDBY_PORT="$(free_port $((PORT + 1)))"
 COPY="$TEST_ROOT/standby_copy" COPY_PORT="$(free_port $((STANDBY_PORT + 1)))"
@@ -103,6 +106,27 @@ assert_eq "$(accounts "$STANDBY" "$STANDBY_PORT")" "$(accounts "$PRIMARY" "$PRIM
 assert_eq "$(on "$STANDBY" "$STANDBY_PORT" -c "SELECT count(*) FROM dp_ledger")" \
     "$(on "$PRIMARY" "$PRIMARY_PORT" -c "SELECT count(*) FROM dp_ledger")" "no line twice in the standby's ledger"
 
+echo "3b. a standby whose ledger cannot be read refuses DP aggregates and stops replay at a ledger record"
+# A restartpoint after every ledger record so far: the restart below replays none.
+on "$PRIMARY" "$PRIMARY_PORT" -c CHECKPOINT
+caught_up "$STANDBY" "$STANDBY_PORT"
+on "$STANDBY" "$STANDBY_PORT" -c CHECKPOINT
+stop_cluster "$STANDBY"
+ledger="$STANDBY/data/pg_exp_mech/ledger"
+printf 'refund\t1\n' | as_owner tee -a "$ledger" >/dev/null
+start "$STANDBY"
+out="$(as free "$STANDBY" "$STANDBY_PORT" -v VERBOSITY=verbose -c 'SELECT * FROM top_status' 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "55000: privacy budgets cannot be enforced: the privacy ledger pg_exp_mech/ledger could not be read at start-up (see the server log)" "even a role without a limit: who is budgeted is unknown"
+as analyst "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null
+for _ in $(seq 50); do grep -q "cannot replay a ledger record" "$STANDBY/server.log" && break; sleep 0.2; done
+assert_contains "$(cat "$STANDBY/server.log")" "could not be read at start-up (see above); repair it and start the server again" "replay stops, saying why"
+for _ in $(seq 50); do [ -f "$STANDBY/data/postmaster.pid" ] || break; sleep 0.2; done
+[ -f "$STANDBY/data/postmaster.pid" ] && fail "the standby went on without its ledger"
+as_owner truncate -s -9 "$ledger"   # the repair: the bad line removed
+start "$STANDBY"
+caught_up "$STANDBY" "$STANDBY_PORT"
+assert_eq "$(accounts "$STANDBY" "$STANDBY_PORT")" "$(accounts "$PRIMARY" "$PRIMARY_PORT")" "after the repair, replay resumed and lost nothing"
+
 echo "4. a base backup taken while charges are made replays to the primary's accounts"
 # 60 charges in 3 sessions while the backup copies the ledger; more than 5 lines between
 # snapshots, so snapshots are written during the copy too.
@@ -135,16 +159,39 @@ caught_up "$COPY" "$COPY_PORT"
 assert_eq "$(accounts "$COPY" "$COPY_PORT")" "$(accounts "$PRIMARY" "$PRIMARY_PORT")" "replay resumed with the library"
 stop_cluster "$COPY"
 
+echo "5b. point-in-time recovery from a base backup gives the accounts at the target"
+make_standby "$COPY" "$COPY_PORT"
+as_owner rm -f "$COPY/data/standby.signal"
+for _ in 1 2 3; do as free "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null; done
+target="$(on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_current_wal_lsn()')"
+at_target="$(accounts "$PRIMARY" "$PRIMARY_PORT")"
+for _ in 1 2 3; do as free "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null; done
+on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_switch_wal()' >/dev/null
+sleep 1
+{
+    echo "primary_conninfo = ''"
+    echo "restore_command = 'cp $ARCHIVE/%f %p'"
+    echo "recovery_target_lsn = '$target'"
+    echo "recovery_target_action = 'promote'"
+    echo "recovery_target_inclusive = off"
+} | as_owner tee -a "$COPY/data/postgresql.conf" >/dev/null
+as_owner touch "$COPY/data/recovery.signal"
+start "$COPY"
+for _ in $(seq 100); do [ "$(on "$COPY" "$COPY_PORT" -c 'SELECT pg_is_in_recovery()')" = f ] && break; sleep 0.2; done
+assert_eq "$(accounts "$COPY" "$COPY_PORT")" "$at_target" "the accounts at the recovery target, not after it"
+assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT" free)" "16.5" "the primary went on (6 more charges)"
+stop_cluster "$COPY"
+
 echo "6. promotion keeps every charge made on the old primary"
 as analyst "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null
 caught_up "$STANDBY" "$STANDBY_PORT"
 before="$(accounts "$PRIMARY" "$PRIMARY_PORT")"
-assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT" analyst)" "1.5" "analyst on the old primary"
+assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT" analyst)" "1.75" "analyst on the old primary"
 as_owner "$(pg_bindir)/pg_ctl" -D "$PRIMARY/data" -m immediate -w stop >/dev/null
 as_owner "$(pg_bindir)/pg_ctl" -D "$STANDBY/data" -w promote >/dev/null
 assert_eq "$(accounts "$STANDBY" "$STANDBY_PORT")" "$before" "the promoted standby's accounts"
-# The rest of the limit of 2, then a refusal: 1.5 was spent on the old primary.
-for _ in 1 2; do
+# The rest of the limit of 2, then a refusal: 1.75 was spent on the old primary.
+for _ in 1; do
     assert_eq "$(as analyst "$STANDBY" "$STANDBY_PORT" -c 'SELECT * FROM top_status')" "Married-civ-spouse" "on the new primary"
 done
 out="$(as analyst "$STANDBY" "$STANDBY_PORT" -v VERBOSITY=verbose -c 'SELECT * FROM top_status' 2>&1 || true)"

@@ -32,6 +32,20 @@ pub enum ArgmaxMechanism {
 static ARGMAX_MECHANISM: GucSetting<ArgmaxMechanism> =
     GucSetting::<ArgmaxMechanism>::new(ArgmaxMechanism::Exponential);
 
+/// How dp_quantiles divides ε over its quantiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PostgresGucEnum)]
+pub enum QuantilesMethod {
+    /// Recursive splitting (Kaplan, Schnapp and Stemmer 2022): ε/⌈log₂(m + 1)⌉ per level.
+    #[name = c"recursive"]
+    Recursive,
+    /// ε/m for each quantile, each on all values.
+    #[name = c"split"]
+    Split,
+}
+
+static QUANTILES_METHOD: GucSetting<QuantilesMethod> =
+    GucSetting::<QuantilesMethod>::new(QuantilesMethod::Recursive);
+
 thread_local! {
     /// Counts assignments to the seed, so that `SET pg_exp_mech.seed = 42` restarts the
     /// stream even when the seed already was 42.
@@ -95,6 +109,15 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    // Both methods are ε-DP at the same ε: any role may choose.
+    GucRegistry::define_enum_guc(
+        c"pg_exp_mech.quantiles_method",
+        c"How dp_quantiles divides epsilon over its m quantiles: recursive (the default) or split.",
+        c"recursive: recursive splitting (Kaplan, Schnapp and Stemmer 2022), epsilon/ceil(log2(m + 1)) per level, each value in one subproblem per level. split: epsilon/m per quantile, each on all values.",
+        &QUANTILES_METHOD,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     // The grid is public: any size is as private as any other; it sets the resolution
     // of the answers ((hi − lo)/K) and the largest state (K + 1 counters of 8 bytes).
     GucRegistry::define_int_guc(
@@ -138,6 +161,11 @@ pub fn max_roles() -> usize {
 /// Ledger lines between two snapshots of the accounts.
 pub fn ledger_snapshot_interval() -> u64 {
     LEDGER_SNAPSHOT_INTERVAL.get() as u64
+}
+
+/// How dp_quantiles divides ε.
+pub fn quantiles_method() -> QuantilesMethod {
+    QUANTILES_METHOD.get()
 }
 
 /// How dp_argmax samples its answer.

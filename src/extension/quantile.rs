@@ -10,7 +10,9 @@ use super::items::array_elements;
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
 use crate::error::Error;
-use crate::mechanisms::quantile::{sample_quantile, sample_quantiles, Grid, Histogram, Snapper};
+use crate::mechanisms::quantile::{
+    sample_quantile, sample_quantiles, sample_quantiles_recursive, Grid, Histogram, Snapper,
+};
 use crate::mechanisms::rng;
 use crate::parameters;
 use pgrx::pg_sys::{self, Datum, MemoryContext};
@@ -265,15 +267,20 @@ fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Optio
     Some(parameters.grid.point(point))
 }
 
-/// One answer per alpha at ε/m each, ordered like the alphas.
+/// One answer per alpha, ordered like the alphas, by the method of
+/// pg_exp_mech.quantiles_method (recursive splitting by default, or ε/m each).
 #[pg_extern(parallel_safe)]
 fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
     let arity = DP_QUANTILES.forms[0].arity();
     // SAFETY: PostgreSQL calls it as the final function of dp_quantiles.
     let quantiles = unsafe { final_state::<QuantileState>(fcinfo, &state, &DP_QUANTILES, arity) }?;
     let parameters = &quantiles.parameters;
+    let sample = match guc::quantiles_method() {
+        guc::QuantilesMethod::Recursive => sample_quantiles_recursive,
+        guc::QuantilesMethod::Split => sample_quantiles,
+    };
     let points = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantiles(
+        sample(
             &quantiles.histogram,
             &parameters.alphas,
             parameters.epsilon,
@@ -405,8 +412,35 @@ mod tests {
     }
 
     #[pg_test]
-    fn quantiles_spend_epsilon_over_m_and_keep_the_order_of_alphas() {
+    fn quantiles_recursive_by_default_spend_epsilon_per_level() {
         grid_table();
+        // Quartiles at ε = 2: two levels, so the median, asked first on all values,
+        // follows dp_quantile at ε = 1; the split (ε/3 each) would give ε = 2/3.
+        let names: Vec<String> = (0..=20).map(|j| j.to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let counts = counts_of(
+            &frequencies("SELECT (dp_quantiles(v, '{0.75, 0.5, 0.25}', 0, 20, 2.0))[2] FROM grid_draws GROUP BY g"),
+            &names,
+        );
+        let t = temperature(0.5, 1.0);
+        let exact = quantile_distribution(&cells(), 20, 0.5, t, true);
+        assert_matches_distribution(
+            &counts,
+            &exact,
+            &quantile_distribution(&cells(), 20, 0.5, 1.5 * t, true),
+        );
+        let unordered = column(
+            "SELECT count(*)::text FROM (
+                 SELECT dp_quantiles(v, '{0.9, 0.1, 0.5, 0.3}', 0, 20, 0.3) AS q FROM grid_draws GROUP BY g) s
+              WHERE NOT (q[2] <= q[4] AND q[4] <= q[3] AND q[3] <= q[1])",
+        );
+        assert_eq!(unordered, ["0"]);
+    }
+
+    #[pg_test]
+    fn quantiles_split_spend_epsilon_over_m_and_keep_the_order_of_alphas() {
+        grid_table();
+        run(&["SET pg_exp_mech.quantiles_method = split"]);
         // Two equal alphas at ε = 2: each answer follows dp_quantile at ε = 1 (sorting a
         // pair keeps its multiset).
         check(
@@ -423,6 +457,7 @@ mod tests {
               WHERE NOT (q[2] <= q[3] AND q[3] <= q[1])",
         );
         assert_eq!(unordered, ["0"]);
+        run(&["RESET pg_exp_mech.quantiles_method"]);
     }
 
     #[pg_test]

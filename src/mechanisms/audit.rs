@@ -98,7 +98,9 @@ mod tests {
     use super::*;
     use crate::mechanisms::gumbel::exponential_mechanism;
     use crate::mechanisms::permute_and_flip::permute_and_flip;
-    use crate::mechanisms::quantile::{sample_quantile, temperature, Histogram};
+    use crate::mechanisms::quantile::{
+        sample_quantile, sample_quantiles_recursive, temperature, Histogram,
+    };
     use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
@@ -191,6 +193,33 @@ mod tests {
         assert_caught(run(2.0), EPSILON);
         // The wrong range: exp(ε·u) without 2·max(α, 1−α).
         assert_caught(run(temperature(alpha, EPSILON) * EPSILON), EPSILON);
+    }
+
+    /// dp_quantiles by recursive splitting, α = 0.1, 0.5, 0.9 (two levels) on the same
+    /// pair as dp_quantile: the added value at 10 moves every level's utilities. Each
+    /// level at the whole ε instead of ε/2 (levels not composed) must be caught.
+    #[test]
+    fn audit_recursive_quantiles() {
+        let grid_size = 10;
+        let histogram = |cells: &[u32]| {
+            let mut histogram = Histogram::new(grid_size);
+            cells.iter().for_each(|&c| histogram.add(c));
+            histogram
+        };
+        let d = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let neighbour = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1, 10]);
+        let alphas = [0.1, 0.5, 0.9];
+        let run = |scale: f64| {
+            let mut rng = ChaCha20Rng::seed_from_u64(107);
+            let mut rng2 = ChaCha20Rng::seed_from_u64(108);
+            audit(
+                || sample_quantiles_recursive(&d, &alphas, EPSILON * scale, &mut rng),
+                || sample_quantiles_recursive(&neighbour, &alphas, EPSILON * scale, &mut rng2),
+                0.0,
+            )
+        };
+        assert_private(run(1.0), EPSILON);
+        assert_caught(run(2.0), EPSILON);
     }
 
     /// dp_top_k_unknown_domain at δ = 0.05: on D item 0 has no row (it is absent), on D'

@@ -594,9 +594,22 @@ pub fn runs(
     grid_size: u32,
     alpha: f64,
 ) -> impl Iterator<Item = Run> {
+    runs_between(occupied, total, 0, grid_size, alpha)
+}
+
+/// The runs of equal utility over the grid points first..=last, given the occupied
+/// cells in that range (by cell) and their total.
+pub fn runs_between(
+    occupied: impl Iterator<Item = (u32, u64)>,
+    total: u64,
+    first: u32,
+    last: u32,
+    alpha: f64,
+) -> impl Iterator<Item = Run> {
+    let grid_size = last;
     let utility =
         move |below: u64, above: u64| -((1.0 - alpha) * below as f64 - alpha * above as f64).abs();
-    let (mut next, mut below) = (0u32, 0u64);
+    let (mut next, mut below) = (first, 0u64);
     let mut occupied = occupied.map(Some).chain(std::iter::once(None));
     let mut cell_run: Option<Run> = None;
     std::iter::from_fn(move || loop {
@@ -645,14 +658,125 @@ pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
     epsilon: f64,
     rng: &mut R,
 ) -> u32 {
-    let temperature = temperature(alpha, epsilon);
     let (total, grid_size) = (histogram.total(), histogram.grid_size());
+    sample_between(
+        || histogram.iter_occupied(),
+        total,
+        0,
+        grid_size,
+        alpha,
+        epsilon,
+        rng,
+    )
+}
+
+/// Samples a grid index in first..=last for the α-quantile of the occupied cells given
+/// (all within that range, `total` values in all), at ε.
+fn sample_between<I: Iterator<Item = (u32, u64)>, R: RngCore + ?Sized>(
+    occupied: impl Fn() -> I,
+    total: u64,
+    first: u32,
+    last: u32,
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> u32 {
+    let temperature = temperature(alpha, epsilon);
     let candidates = || {
-        runs(histogram.iter_occupied(), total, grid_size, alpha)
+        runs_between(occupied(), total, first, last, alpha)
             .map(|run| (run, run.log_weight(temperature)))
     };
-    let chosen = gumbel_max_streamed(candidates, rng).expect("the grid has at least one point");
+    let chosen = gumbel_max_streamed(candidates, rng).expect("the range has at least one point");
     rng.random_range(chosen.first..=chosen.last)
+}
+
+/// How many levels the recursive method splits ε over for m quantiles: ⌈log₂(m + 1)⌉.
+pub fn recursive_levels(m: usize) -> u32 {
+    (usize::BITS - m.leading_zeros()).max(1)
+}
+
+/// Answers for several quantiles from one histogram by recursive splitting (Kaplan,
+/// Schnapp and Stemmer, "Differentially Private Approximate Quantiles", ICML 2022): the
+/// middle quantile is sampled on all values; the values at or below its answer and the
+/// grid points up to it serve the quantiles below it, with α rescaled to α/α_mid, and
+/// those above serve the ones above, with (α − α_mid)/(1 − α_mid); and so on.
+///
+/// Privacy: each level's subproblems see disjoint sets of values, split by answers
+/// already released (post-processing), so one row added or removed changes one
+/// subproblem per level, which is ε/L-DP (its own exponential mechanism, with the
+/// temperature of its rescaled α); L = ⌈log₂(m + 1)⌉ levels compose to ε. Answers come
+/// out non-decreasing in α. In the order of `alphas`.
+pub fn sample_quantiles_recursive<A: Allocator + Clone, R: RngCore + ?Sized>(
+    histogram: &Histogram<A>,
+    alphas: &[f64],
+    epsilon: f64,
+    rng: &mut R,
+) -> Vec<u32> {
+    let mut sorted: Vec<(usize, f64)> = alphas.iter().copied().enumerate().collect();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let occupied = histogram.occupied();
+    let level_epsilon = epsilon / recursive_levels(alphas.len()) as f64;
+    let mut answers = vec![0; alphas.len()];
+    let problem = Subproblem {
+        alphas: sorted,
+        first: 0,
+        last: histogram.grid_size(),
+        occupied: &occupied,
+    };
+    problem.solve(level_epsilon, &mut answers, rng);
+    answers
+}
+
+/// Quantiles (original position, α relative to this subproblem's values) to answer
+/// from the values in `occupied`, on the grid points first..=last.
+struct Subproblem<'a> {
+    alphas: Vec<(usize, f64)>,
+    first: u32,
+    last: u32,
+    occupied: &'a [(u32, u64)],
+}
+
+impl Subproblem<'_> {
+    fn solve<R: RngCore + ?Sized>(self, epsilon: f64, answers: &mut [u32], rng: &mut R) {
+        if self.alphas.is_empty() {
+            return;
+        }
+        let middle = self.alphas.len() / 2;
+        let (position, alpha) = self.alphas[middle];
+        let total = self.occupied.iter().map(|&(_, count)| count).sum();
+        let cells = || self.occupied.iter().copied();
+        let answer = sample_between(cells, total, self.first, self.last, alpha, epsilon, rng);
+        answers[position] = answer;
+        let split = self.occupied.partition_point(|&(cell, _)| cell <= answer);
+        // Rescaled to the values on each side (public: a function of the αs only).
+        let rescale = |p: f64, numerator: f64, denominator: f64| {
+            if denominator > 0.0 {
+                (numerator / denominator).clamp(0.0, 1.0)
+            } else {
+                p.clamp(0.0, 1.0)
+            }
+        };
+        let below = Subproblem {
+            alphas: self.alphas[..middle]
+                .iter()
+                .map(|&(at, p)| (at, rescale(p, p, alpha)))
+                .collect(),
+            first: self.first,
+            last: answer,
+            occupied: &self.occupied[..split],
+        };
+        let above = Subproblem {
+            alphas: self.alphas[middle + 1..]
+                .iter()
+                .map(|&(at, p)| (at, rescale(p, p - alpha, 1.0 - alpha)))
+                .collect(),
+            first: answer,
+            last: self.last,
+            occupied: &self.occupied[split..],
+        };
+        below.solve(epsilon, answers, rng);
+        above.solve(epsilon, answers, rng);
+    }
 }
 
 /// Answers for several quantiles from one histogram, ε/m each, in the order of `alphas`;
@@ -958,6 +1082,114 @@ mod tests {
     /// ε is split: the first answer of dp_quantiles at ε follows the distribution of one
     /// quantile at ε/m, before the reordering (here with a single alpha repeated, where
     /// sorting keeps the multiset and the distribution of a uniformly chosen answer).
+    /// The exact distribution of one subproblem's answer over first..=last: values
+    /// `cells` (all in that range), brute force over every grid point.
+    fn exact_between(cells: &[u32], first: u32, last: u32, alpha: f64, epsilon: f64) -> Vec<f64> {
+        let t = temperature(alpha, epsilon);
+        let log_weights: Vec<f64> = (first..=last)
+            .map(|c| {
+                let below = cells.iter().filter(|&&x| x < c).count() as f64;
+                let above = cells.iter().filter(|&&x| x > c).count() as f64;
+                -((1.0 - alpha) * below - alpha * above).abs() / t
+            })
+            .collect();
+        normalise_log_weights(&log_weights)
+    }
+
+    /// The exact joint distribution of the recursive method's answers (l, j, r) for the
+    /// quartiles 0.25, 0.5, 0.75 (two levels at ε/2 each; `scale` multiplies each level's
+    /// ε, 1 for the true distribution), indexed (l·(K+1) + j)·(K+1) + r.
+    fn exact_quartiles(cells: &[u32], grid_size: u32, epsilon: f64, scale: f64) -> Vec<f64> {
+        let level = epsilon / 2.0 * scale;
+        let points = grid_size as usize + 1;
+        let mut joint = vec![0.0; points * points * points];
+        let middle = exact_between(cells, 0, grid_size, 0.5, level);
+        for (j, p_middle) in middle.iter().enumerate() {
+            let j32 = j as u32;
+            let below: Vec<u32> = cells.iter().copied().filter(|&x| x <= j32).collect();
+            let above: Vec<u32> = cells.iter().copied().filter(|&x| x > j32).collect();
+            // 0.25 / 0.5 and (0.75 − 0.5) / (1 − 0.5): both halves ask for their median.
+            let left = exact_between(&below, 0, j32, 0.5, level);
+            let right = exact_between(&above, j32, grid_size, 0.5, level);
+            for (l, p_left) in left.iter().enumerate() {
+                for (r, p_right) in right.iter().enumerate() {
+                    joint[(l * points + j) * points + j + r] += p_middle * p_left * p_right;
+                }
+            }
+        }
+        joint
+    }
+
+    #[test]
+    fn recursive_quartiles_match_their_exact_joint_distribution() {
+        // A coarse grid of 9 points with ties on grid points: 729 outcomes.
+        let cells = [1, 1, 2, 4, 4, 4, 6, 7, 8, 8];
+        let (grid_size, epsilon) = (8, 4.0);
+        let histogram = histogram_of(&cells, grid_size);
+        let mut rng = ChaCha20Rng::seed_from_u64(27);
+        let points = grid_size as usize + 1;
+        let mut counts = vec![0u64; points * points * points];
+        for _ in 0..DRAWS {
+            // In the order given, not sorted: answers come back in that order.
+            let answers =
+                sample_quantiles_recursive(&histogram, &[0.75, 0.25, 0.5], epsilon, &mut rng);
+            let (l, j, r) = (
+                answers[1] as usize,
+                answers[2] as usize,
+                answers[0] as usize,
+            );
+            assert!(l <= j && j <= r, "non-decreasing: {answers:?}");
+            counts[(l * points + j) * points + r] += 1;
+        }
+        let exact = exact_quartiles(&cells, grid_size, epsilon, 1.0);
+        // Spending ε/3 per quantile at three levels' worth (the split's temperature)
+        // must be rejected.
+        assert_matches_distribution(
+            &counts,
+            &exact,
+            &exact_quartiles(&cells, grid_size, epsilon, 2.0 / 3.0),
+        );
+        // So must rescaling forgotten (each half's median asked as its raw α).
+        let mut unscaled = vec![0.0; counts.len()];
+        let level = epsilon / 2.0;
+        let middle = exact_between(&cells, 0, grid_size, 0.5, level);
+        for (j, p_middle) in middle.iter().enumerate() {
+            let j32 = j as u32;
+            let below: Vec<u32> = cells.iter().copied().filter(|&x| x <= j32).collect();
+            let above: Vec<u32> = cells.iter().copied().filter(|&x| x > j32).collect();
+            let left = exact_between(&below, 0, j32, 0.25, level);
+            let right = exact_between(&above, j32, grid_size, 0.75, level);
+            for (l, p_left) in left.iter().enumerate() {
+                for (r, p_right) in right.iter().enumerate() {
+                    unscaled[(l * points + j) * points + j + r] += p_middle * p_left * p_right;
+                }
+            }
+        }
+        assert_matches_distribution(&counts, &exact, &unscaled);
+    }
+
+    #[test]
+    fn recursive_levels_are_the_depth_of_the_split() {
+        let levels: Vec<u32> = [1, 2, 3, 4, 7, 8, 9, 19, 99]
+            .iter()
+            .map(|&m| recursive_levels(m))
+            .collect();
+        assert_eq!(levels, [1, 2, 2, 3, 3, 4, 4, 5, 7]);
+        // One quantile is the single-quantile mechanism at the whole ε.
+        let histogram = histogram_of(&DATA, 20);
+        let mut rng = ChaCha20Rng::seed_from_u64(28);
+        let mut counts = vec![0u64; 21];
+        for _ in 0..DRAWS / 4 {
+            counts[sample_quantiles_recursive(&histogram, &[0.5], 1.0, &mut rng)[0] as usize] += 1;
+        }
+        let t = temperature(0.5, 1.0);
+        assert_matches_distribution(
+            &counts,
+            &exact(&DATA, 20, 0.5, t, true),
+            &exact(&DATA, 20, 0.5, 2.0 * t, true),
+        );
+    }
+
     #[test]
     fn several_quantiles_spend_epsilon_over_m_each() {
         let histogram = histogram_of(&DATA, 20);
