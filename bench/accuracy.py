@@ -223,9 +223,10 @@ def multi_quantile_study(connection):
                         row[method + "_mean"] = statistics.fmean(errors)
                     cursor.execute("RESET pg_exp_mech.quantiles_method")
                     results.append(row)
+                    ratio = row["recursive"] / row["split"] if row["split"] else float("nan")
                     print(f"{row['column']:15} m {m:3} eps {epsilon:4}: recursive "
                           f"{row['recursive']:10.3g}  split {row['split']:10.3g}  ratio "
-                          f"{row['recursive'] / row['split']:.2f}", flush=True)
+                          f"{ratio:.2f}", flush=True)
     return results
 
 

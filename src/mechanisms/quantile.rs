@@ -701,30 +701,99 @@ pub fn recursive_levels(m: usize) -> u32 {
 /// grid points up to it serve the quantiles below it, with α rescaled to α/α_mid, and
 /// those above serve the ones above, with (α − α_mid)/(1 − α_mid); and so on.
 ///
-/// Privacy: each level's subproblems see disjoint sets of values, split by answers
-/// already released (post-processing), so one row added or removed changes one
-/// subproblem per level, which is ε/L-DP (its own exponential mechanism, with the
-/// temperature of its rescaled α); L = ⌈log₂(m + 1)⌉ levels compose to ε. Answers come
-/// out non-decreasing in α. In the order of `alphas`.
+/// Rescaling assumes the values at or below an answer are about α_mid of them, which
+/// fails where many values share one grid point (half of Adult's hours are 40). So ties
+/// are broken at random first: each grid point is cut into R refined points and each
+/// value placed on one of its point's R uniformly at random, independently; answers on
+/// the refined grid are reported as the grid point they belong to.
+///
+/// Privacy: the random placement is per value and independent of the others, so the
+/// refined values of neighbouring inputs are neighbours (couple the placements of the
+/// common values); reporting the grid point is post-processing. On the refined values,
+/// each level's subproblems see disjoint sets of values, split by answers already
+/// released, so one row added or removed changes one subproblem per level, which is
+/// ε/L-DP (its own exponential mechanism, with the temperature of its rescaled α);
+/// L = ⌈log₂(m + 1)⌉ levels compose to ε. Answers come out non-decreasing in α, in the
+/// order of `alphas`.
 pub fn sample_quantiles_recursive<A: Allocator + Clone, R: RngCore + ?Sized>(
     histogram: &Histogram<A>,
     alphas: &[f64],
     epsilon: f64,
     rng: &mut R,
 ) -> Vec<u32> {
+    let refinement = refinement(histogram.grid_size());
+    sample_quantiles_refined(histogram, alphas, epsilon, refinement, rng)
+}
+
+/// Refined points per grid point: up to 1,024, as many as keep the refined grid within
+/// 2^31 points.
+pub fn refinement(grid_size: u32) -> u32 {
+    ((1u64 << 31) / (grid_size as u64 + 1)).clamp(1, 1 << 10) as u32
+}
+
+/// [`sample_quantiles_recursive`] with `refinement` refined points per grid point (1:
+/// ties are not broken).
+pub fn sample_quantiles_refined<A: Allocator + Clone, R: RngCore + ?Sized>(
+    histogram: &Histogram<A>,
+    alphas: &[f64],
+    epsilon: f64,
+    refinement: u32,
+    rng: &mut R,
+) -> Vec<u32> {
     let mut sorted: Vec<(usize, f64)> = alphas.iter().copied().enumerate().collect();
     sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let occupied = histogram.occupied();
+    let refined = break_ties(histogram.iter_occupied(), refinement, rng);
     let level_epsilon = epsilon / recursive_levels(alphas.len()) as f64;
     let mut answers = vec![0; alphas.len()];
     let problem = Subproblem {
         alphas: sorted,
         first: 0,
-        last: histogram.grid_size(),
-        occupied: &occupied,
+        last: (histogram.grid_size() + 1) * refinement - 1,
+        occupied: &refined,
     };
     problem.solve(level_epsilon, &mut answers, rng);
-    answers
+    answers.iter().map(|&point| point / refinement).collect()
+}
+
+/// The occupied refined points: each of a grid point's values placed uniformly at
+/// random on one of its `refinement` refined points (j·R .. j·R + R − 1), by cell.
+fn break_ties<R: RngCore + ?Sized>(
+    occupied: impl Iterator<Item = (u32, u64)>,
+    refinement: u32,
+    rng: &mut R,
+) -> Vec<(u32, u64)> {
+    let mut refined = Vec::new();
+    let mut places: Vec<u32> = Vec::new();
+    for (cell, count) in occupied {
+        let base = cell * refinement;
+        if refinement == 1 {
+            refined.push((base, count));
+            continue;
+        }
+        if count >= refinement as u64 {
+            let mut counts = vec![0u64; refinement as usize];
+            for _ in 0..count {
+                counts[rng.random_range(0..refinement) as usize] += 1;
+            }
+            refined.extend(
+                (0..refinement)
+                    .zip(counts)
+                    .filter(|&(_, c)| c > 0)
+                    .map(|(at, c)| (base + at, c)),
+            );
+        } else {
+            places.clear();
+            places.extend((0..count).map(|_| rng.random_range(0..refinement)));
+            places.sort_unstable();
+            for &place in &places {
+                match refined.last_mut() {
+                    Some((last, c)) if *last == base + place => *c += 1,
+                    _ => refined.push((base + place, 1)),
+                }
+            }
+        }
+    }
+    refined
 }
 
 /// Quantiles (original position, α relative to this subproblem's values) to answer
@@ -1131,8 +1200,9 @@ mod tests {
         let mut counts = vec![0u64; points * points * points];
         for _ in 0..DRAWS {
             // In the order given, not sorted: answers come back in that order.
+            // Ties left as they are (refinement 1): the recursion itself.
             let answers =
-                sample_quantiles_recursive(&histogram, &[0.75, 0.25, 0.5], epsilon, &mut rng);
+                sample_quantiles_refined(&histogram, &[0.75, 0.25, 0.5], epsilon, 1, &mut rng);
             let (l, j, r) = (
                 answers[1] as usize,
                 answers[2] as usize,
@@ -1168,6 +1238,81 @@ mod tests {
         assert_matches_distribution(&counts, &exact, &unscaled);
     }
 
+    /// The exact joint distribution of the coarse answers (l, j, r) with ties broken on
+    /// `refinement` refined points: the average over every placement of the values
+    /// (each equally likely), each mapped back to its grid point.
+    fn exact_quartiles_refined(
+        cells: &[u32],
+        grid_size: u32,
+        epsilon: f64,
+        refinement: u32,
+    ) -> Vec<f64> {
+        let points = grid_size as usize + 1;
+        let refined_size = (grid_size + 1) * refinement - 1;
+        let refined_points = refined_size as usize + 1;
+        let placements = (refinement as usize).pow(cells.len() as u32);
+        let mut joint = vec![0.0; points * points * points];
+        for placement in 0..placements {
+            let mut digits = placement;
+            let refined: Vec<u32> = cells
+                .iter()
+                .map(|&cell| {
+                    let at = (digits % refinement as usize) as u32;
+                    digits /= refinement as usize;
+                    cell * refinement + at
+                })
+                .collect();
+            let exact = exact_quartiles(&refined, refined_size, epsilon, 1.0);
+            for (index, p) in exact.iter().enumerate() {
+                if *p == 0.0 {
+                    continue;
+                }
+                let r = index % refined_points;
+                let j = index / refined_points % refined_points;
+                let l = index / refined_points / refined_points;
+                let coarse = |point: usize| point / refinement as usize;
+                joint[(coarse(l) * points + coarse(j)) * points + coarse(r)] +=
+                    p / placements as f64;
+            }
+        }
+        joint
+    }
+
+    #[test]
+    fn recursive_quartiles_with_ties_broken_match_their_exact_distribution() {
+        // Three grid points, two refined points each, values stacked on them: the exact
+        // law averages over the 2^7 placements of the 7 values.
+        let cells = [0, 1, 1, 1, 1, 2, 2];
+        let (grid_size, epsilon, refinement) = (2, 3.0, 2);
+        let histogram = histogram_of(&cells, grid_size);
+        let mut rng = ChaCha20Rng::seed_from_u64(29);
+        let points = grid_size as usize + 1;
+        let mut counts = vec![0u64; points * points * points];
+        for _ in 0..DRAWS {
+            let answers = sample_quantiles_refined(
+                &histogram,
+                &[0.25, 0.5, 0.75],
+                epsilon,
+                refinement,
+                &mut rng,
+            );
+            counts[(answers[0] as usize * points + answers[1] as usize) * points
+                + answers[2] as usize] += 1;
+        }
+        let exact = exact_quartiles_refined(&cells, grid_size, epsilon, refinement);
+        // Ties left unbroken give another law, which the draws must reject.
+        assert_matches_distribution(
+            &counts,
+            &exact,
+            &exact_quartiles(&cells, grid_size, epsilon, 1.0),
+        );
+        assert_eq!(refinement_of_default(), 1 << 10);
+    }
+
+    fn refinement_of_default() -> u32 {
+        refinement(DEFAULT_GRID_SIZE)
+    }
+
     #[test]
     fn recursive_levels_are_the_depth_of_the_split() {
         let levels: Vec<u32> = [1, 2, 3, 4, 7, 8, 9, 19, 99]
@@ -1180,7 +1325,7 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(28);
         let mut counts = vec![0u64; 21];
         for _ in 0..DRAWS / 4 {
-            counts[sample_quantiles_recursive(&histogram, &[0.5], 1.0, &mut rng)[0] as usize] += 1;
+            counts[sample_quantiles_refined(&histogram, &[0.5], 1.0, 1, &mut rng)[0] as usize] += 1;
         }
         let t = temperature(0.5, 1.0);
         assert_matches_distribution(
