@@ -318,6 +318,14 @@ def plot(quantiles, selection, multi, path):
     figure.savefig(path, dpi=110)
 
 
+def write_alone(lines, out, name):
+    """One study's table, written to out/name and printed."""
+    table = "\n".join(lines)
+    with open(os.path.join(out, name), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
@@ -328,18 +336,12 @@ def main():
     arguments = parser.parse_args()
     with psycopg.connect(arguments.dsn, autocommit=True) as connection:
         if arguments.grouped_only:
-            table = "\n".join(grouped_table(grouped_study(connection)))
-            with open(os.path.join(arguments.out, "accuracy_grouped.md"), "w") as f:
-                f.write(table + "\n")
-            print(table)
-            return
+            return write_alone(grouped_table(grouped_study(connection)), arguments.out,
+                               "accuracy_grouped.md")
         load_lognormal(connection)
         if arguments.multi_only:
-            table = "\n".join(multi_table(multi_quantile_study(connection)))
-            with open(os.path.join(arguments.out, "accuracy_multi.md"), "w") as f:
-                f.write(table + "\n")
-            print(table)
-            return
+            return write_alone(multi_table(multi_quantile_study(connection)), arguments.out,
+                               "accuracy_multi.md")
         quantiles = quantile_study(connection)
         selection = selection_study(connection)
         grouped = grouped_study(connection)

@@ -166,18 +166,26 @@ mod tests {
         assert_caught(run(1.0 / EPSILON), EPSILON);
     }
 
-    /// dp_quantile at α = 0.9 on a grid of 11 points: D = eight values at 0 and one at 1,
-    /// D' adds one at 10. Exact loss 0.89 ε; without the factor 2·max(α, 1−α) it is 1.64 ε.
-    #[test]
-    fn audit_quantile() {
-        let (alpha, grid_size) = (0.9, 10);
+    /// The quantile audits' pair on a grid of 11 points: D = eight values at 0 and one at
+    /// 1, D' adds one at 10.
+    fn quantile_pair() -> (Histogram, Histogram) {
         let histogram = |cells: &[u32]| {
-            let mut histogram = Histogram::new(grid_size);
+            let mut histogram = Histogram::new(10);
             cells.iter().for_each(|&c| histogram.add(c));
             histogram
         };
-        let d = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        let neighbour = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1, 10]);
+        (
+            histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1, 10]),
+        )
+    }
+
+    /// dp_quantile at α = 0.9 on the quantile pair. Exact loss 0.89 ε; without the factor
+    /// 2·max(α, 1−α) it is 1.64 ε.
+    #[test]
+    fn audit_quantile() {
+        let alpha = 0.9;
+        let (d, neighbour) = quantile_pair();
         // sample_quantile at ε' has temperature 2·max(α, 1−α)/ε'; ε' = ε·scale gives
         // temperature right / scale.
         let run = |scale: f64| {
@@ -200,14 +208,7 @@ mod tests {
     /// level at the whole ε instead of ε/2 (levels not composed) must be caught.
     #[test]
     fn audit_recursive_quantiles() {
-        let grid_size = 10;
-        let histogram = |cells: &[u32]| {
-            let mut histogram = Histogram::new(grid_size);
-            cells.iter().for_each(|&c| histogram.add(c));
-            histogram
-        };
-        let d = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        let neighbour = histogram(&[0, 0, 0, 0, 0, 0, 0, 0, 1, 10]);
+        let (d, neighbour) = quantile_pair();
         let alphas = [0.1, 0.5, 0.9];
         let run = |scale: f64| {
             let mut rng = ChaCha20Rng::seed_from_u64(107);
