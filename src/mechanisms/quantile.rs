@@ -1166,10 +1166,10 @@ mod tests {
     }
 
     /// The exact joint distribution of the recursive method's answers (l, j, r) for the
-    /// quartiles 0.25, 0.5, 0.75 (two levels at ε/2 each; `scale` multiplies each level's
-    /// ε, 1 for the true distribution), indexed (l·(K+1) + j)·(K+1) + r.
-    fn exact_quartiles(cells: &[u32], grid_size: u32, epsilon: f64, scale: f64) -> Vec<f64> {
-        let level = epsilon / 2.0 * scale;
+    /// quartiles 0.25, 0.5, 0.75: the median at `level` ε on all values, then each half
+    /// at `level` ε asking for its α of `halves` (0.5 and 0.5 when rescaled: 0.25 / 0.5
+    /// and (0.75 − 0.5) / (1 − 0.5)), indexed (l·(K+1) + j)·(K+1) + r.
+    fn exact_quartiles(cells: &[u32], grid_size: u32, level: f64, halves: [f64; 2]) -> Vec<f64> {
         let points = grid_size as usize + 1;
         let mut joint = vec![0.0; points * points * points];
         let middle = exact_between(cells, 0, grid_size, 0.5, level);
@@ -1177,9 +1177,8 @@ mod tests {
             let j32 = j as u32;
             let below: Vec<u32> = cells.iter().copied().filter(|&x| x <= j32).collect();
             let above: Vec<u32> = cells.iter().copied().filter(|&x| x > j32).collect();
-            // 0.25 / 0.5 and (0.75 − 0.5) / (1 − 0.5): both halves ask for their median.
-            let left = exact_between(&below, 0, j32, 0.5, level);
-            let right = exact_between(&above, j32, grid_size, 0.5, level);
+            let left = exact_between(&below, 0, j32, halves[0], level);
+            let right = exact_between(&above, j32, grid_size, halves[1], level);
             for (l, p_left) in left.iter().enumerate() {
                 for (r, p_right) in right.iter().enumerate() {
                     joint[(l * points + j) * points + j + r] += p_middle * p_left * p_right;
@@ -1211,30 +1210,17 @@ mod tests {
             assert!(l <= j && j <= r, "non-decreasing: {answers:?}");
             counts[(l * points + j) * points + r] += 1;
         }
-        let exact = exact_quartiles(&cells, grid_size, epsilon, 1.0);
+        // Two levels at ε/2 each.
+        let exact = exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.5, 0.5]);
         // Spending ε/3 per quantile at three levels' worth (the split's temperature)
         // must be rejected.
         assert_matches_distribution(
             &counts,
             &exact,
-            &exact_quartiles(&cells, grid_size, epsilon, 2.0 / 3.0),
+            &exact_quartiles(&cells, grid_size, epsilon / 3.0, [0.5, 0.5]),
         );
         // So must rescaling forgotten (each half's median asked as its raw α).
-        let mut unscaled = vec![0.0; counts.len()];
-        let level = epsilon / 2.0;
-        let middle = exact_between(&cells, 0, grid_size, 0.5, level);
-        for (j, p_middle) in middle.iter().enumerate() {
-            let j32 = j as u32;
-            let below: Vec<u32> = cells.iter().copied().filter(|&x| x <= j32).collect();
-            let above: Vec<u32> = cells.iter().copied().filter(|&x| x > j32).collect();
-            let left = exact_between(&below, 0, j32, 0.25, level);
-            let right = exact_between(&above, j32, grid_size, 0.75, level);
-            for (l, p_left) in left.iter().enumerate() {
-                for (r, p_right) in right.iter().enumerate() {
-                    unscaled[(l * points + j) * points + j + r] += p_middle * p_left * p_right;
-                }
-            }
-        }
+        let unscaled = exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.25, 0.75]);
         assert_matches_distribution(&counts, &exact, &unscaled);
     }
 
@@ -1262,7 +1248,7 @@ mod tests {
                     cell * refinement + at
                 })
                 .collect();
-            let exact = exact_quartiles(&refined, refined_size, epsilon, 1.0);
+            let exact = exact_quartiles(&refined, refined_size, epsilon / 2.0, [0.5, 0.5]);
             for (index, p) in exact.iter().enumerate() {
                 if *p == 0.0 {
                     continue;
@@ -1304,7 +1290,7 @@ mod tests {
         assert_matches_distribution(
             &counts,
             &exact,
-            &exact_quartiles(&cells, grid_size, epsilon, 1.0),
+            &exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.5, 0.5]),
         );
         assert_eq!(refinement_of_default(), 1 << 10);
     }
