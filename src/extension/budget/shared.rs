@@ -298,13 +298,13 @@ fn read_ledger() -> Result<LedgerRead, String> {
         .map(|s| s.accounts.into_iter().collect())
         .unwrap_or_default();
     ledger::replay_onto(&mut accounts, &contents.records, through);
-    // The newest record of the file: its last line (lines are appended in LSN order; a
-    // line from before the WAL-logged ledger has none).
-    let newest = contents.records.iter().map(|entry| entry.lsn).max();
-    let file_through = file
-        .last_entry()?
-        .map_or(0, |entry| entry.lsn)
-        .max(newest.unwrap_or(0));
+    // The newest record of the file: among the lines just read, or, when none follow
+    // the snapshot, the file's last line (a line from before the WAL-logged ledger has
+    // no LSN: 0).
+    let file_through = match contents.records.iter().map(|entry| entry.lsn).max() {
+        Some(newest) => newest,
+        None => file.last_entry()?.map_or(0, |entry| entry.lsn),
+    };
     let position = Position {
         through: through.unwrap_or(0).max(file_through),
         file_through,
