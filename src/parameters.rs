@@ -113,6 +113,35 @@ fn positive_finite(name: &'static str, value: Option<f64>) -> Result<f64, Error>
     }
 }
 
+/// The public range [lo, hi] of a quantile over an integer type whose values lie in
+/// `range`: lo < hi, both within the type's range (so that every answer is a value of
+/// the type).
+pub fn integer_bounds(
+    lo: Option<i64>,
+    hi: Option<i64>,
+    type_name: &str,
+    range: (i64, i64),
+) -> Result<(i64, i64), Error> {
+    let within = |name: &'static str, value: Option<i64>| match value {
+        Some(v) if (range.0..=range.1).contains(&v) => Ok(v),
+        _ => Err(Error::InvalidParameter {
+            name,
+            value: value.map_or("NULL".into(), |v| v.to_string()),
+            requirement: format!("within the range of {type_name}"),
+        }),
+    };
+    let lo = within("lo", lo)?;
+    let hi = within("hi", hi)?;
+    if hi <= lo {
+        return Err(Error::InvalidParameter {
+            name: "hi",
+            value: hi.to_string(),
+            requirement: format!("greater than lo ({lo})"),
+        });
+    }
+    Ok((lo, hi))
+}
+
 /// A parameter must keep the value it had on the first row of the aggregate.
 ///
 /// Compared bit for bit, so that NaN on a later row is reported too.
@@ -130,9 +159,9 @@ pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(),
 
 /// An integer parameter must keep the value it had on the first row.
 #[inline]
-pub fn unchanged_integer(name: &'static str, first: i64, now: Option<i32>) -> Result<(), Error> {
+pub fn unchanged_integer(name: &'static str, first: i64, now: Option<i64>) -> Result<(), Error> {
     match now {
-        Some(v) if v as i64 == first => Ok(()),
+        Some(v) if v == first => Ok(()),
         _ => Err(Error::ParameterChanged {
             name,
             first: first.to_string(),

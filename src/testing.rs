@@ -62,22 +62,24 @@ pub fn peeling_probability(utilities: &[f64], list: &[usize], temperature: f64) 
 
 /// The exact distribution of a quantile answer over every grid point 0..=K, by brute force
 /// from the definition u(c) = −|(1−α)·#{x < c} − α·#{x > c}| (independent of the run logic
-/// of the sampler). `strictly_below` = false gives the off-by-one variant #{x ≤ c}, which
-/// the tests must tell apart.
+/// of the sampler), for values given by half cell: 2j at grid point j, 2j + 1 between j
+/// and j + 1. `strictly_below` = false gives the off-by-one variant #{x ≤ c}, which the
+/// tests must tell apart.
 pub fn quantile_distribution(
-    cells: &[u32],
+    half_cells: &[u64],
     grid_size: u32,
     alpha: f64,
     temperature: f64,
     strictly_below: bool,
 ) -> Vec<f64> {
-    let log_weights: Vec<f64> = (0..=grid_size)
+    let log_weights: Vec<f64> = (0..=grid_size as u64)
         .map(|j| {
-            let below = cells
+            let c = 2 * j;
+            let below = half_cells
                 .iter()
-                .filter(|&&x| if strictly_below { x < j } else { x <= j })
+                .filter(|&&x| if strictly_below { x < c } else { x <= c })
                 .count() as f64;
-            let above = cells.iter().filter(|&&x| x > j).count() as f64;
+            let above = half_cells.iter().filter(|&&x| x > c).count() as f64;
             -((1.0 - alpha) * below - alpha * above).abs() / temperature
         })
         .collect();

@@ -23,6 +23,10 @@ pub trait Source {
     fn integer(&self, position: usize) -> Option<Option<i32>> {
         self.argument(position).integer()
     }
+
+    fn bigint(&self, position: usize) -> Option<Option<i64>> {
+        self.argument(position).bigint()
+    }
 }
 
 /// A transition call: the state comes first, so argument n of the aggregate is n + 1.

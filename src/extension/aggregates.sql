@@ -133,7 +133,7 @@ CREATE AGGREGATE dp_quantile(value double precision, alpha double precision, lo 
     SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantile(double precision, double precision, double precision, double precision, double precision) IS
-'Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted at their nearest grid point; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+'Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted exactly (#{x < c} and #{x > c} as the values lie, at a grid point or strictly between two); NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
 
 CREATE FUNCTION dp_quantiles_trans(state internal, value double precision, alphas double precision[], lo double precision, hi double precision, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_trans' LANGUAGE C PARALLEL SAFE;
@@ -144,7 +144,73 @@ CREATE AGGREGATE dp_quantiles(value double precision, alphas double precision[],
     SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantiles(double precision, double precision[], double precision, double precision, double precision) IS
-'Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.';
+'Several differentially private quantiles from one scan, epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are. By default (pg_exp_mech.quantiles_method = recursive) by recursive splitting (Kaplan, Schnapp and Stemmer 2022): the middle alpha on all values, then each side on its own values, epsilon/ceil(log2(m + 1)) per level; with quantiles_method = split, dp_quantile for each alpha at epsilon/m.';
+
+CREATE FUNCTION dp_quantile_smallint_trans(state internal, value smallint, alpha double precision, lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_smallint_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantile(value smallint, alpha double precision, lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantile_smallint_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantile_smallint_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantile(smallint, double precision, bigint, bigint, double precision) IS
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+
+CREATE FUNCTION dp_quantiles_smallint_trans(state internal, value smallint, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_smallint_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantiles(value smallint, alphas double precision[], lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantiles_smallint_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantiles_smallint_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantiles(smallint, double precision[], bigint, bigint, double precision) IS
+'Several differentially private quantiles of an integer column from one scan, in the column''s type, on the whole-number grid of dp_quantile over integers: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).';
+
+CREATE FUNCTION dp_quantile_integer_trans(state internal, value integer, alpha double precision, lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_integer_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantile(value integer, alpha double precision, lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantile_integer_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantile_integer_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantile(integer, double precision, bigint, bigint, double precision) IS
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+
+CREATE FUNCTION dp_quantiles_integer_trans(state internal, value integer, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_integer_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantiles(value integer, alphas double precision[], lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantiles_integer_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantiles_integer_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantiles(integer, double precision[], bigint, bigint, double precision) IS
+'Several differentially private quantiles of an integer column from one scan, in the column''s type, on the whole-number grid of dp_quantile over integers: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).';
+
+CREATE FUNCTION dp_quantile_bigint_trans(state internal, value bigint, alpha double precision, lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_bigint_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantile(value bigint, alpha double precision, lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantile_bigint_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantile_bigint_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantile(bigint, double precision, bigint, bigint, double precision) IS
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+
+CREATE FUNCTION dp_quantiles_bigint_trans(state internal, value bigint, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_bigint_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantiles(value bigint, alphas double precision[], lo bigint, hi bigint, epsilon double precision) (
+    SFUNC = dp_quantiles_bigint_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantiles_bigint_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantiles(bigint, double precision[], bigint, bigint, double precision) IS
+'Several differentially private quantiles of an integer column from one scan, in the column''s type, on the whole-number grid of dp_quantile over integers: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).';
 
 CREATE FUNCTION dp_partition_final(state bigint, epsilon double precision, delta double precision)
     RETURNS boolean AS 'MODULE_PATHNAME', 'dp_partition_final' LANGUAGE C PARALLEL SAFE;

@@ -35,6 +35,14 @@ impl Argument {
             Argument::Unknown => None,
         }
     }
+
+    /// The value as a bigint (passed by value on 64-bit servers), when known.
+    pub fn bigint(self) -> Option<Option<i64>> {
+        match self {
+            Argument::Known(value) => Some(value.map(|d| d.value() as i64)),
+            Argument::Unknown => None,
+        }
+    }
 }
 
 /// Argument `position` (0-based, as written in the call) of the aggregate being finalized:

@@ -41,12 +41,54 @@ impl Parameter {
         }
     }
 
+    /// The parameter's SQL type in an aggregate of `family`.
+    pub const fn sql_type(self, family: Family) -> &'static str {
+        match (self, family) {
+            (Parameter::K | Parameter::KBar, _) => "integer",
+            (Parameter::Candidates, _) => "anyarray",
+            (Parameter::Alphas, _) => "double precision[]",
+            (Parameter::Lo | Parameter::Hi, Family::Quantile(value)) => value.bound_type(),
+            _ => "double precision",
+        }
+    }
+}
+
+/// The SQL type of a quantile aggregate's values, which is also the type of its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ValueType {
+    Float,
+    Smallint,
+    Integer,
+    Bigint,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl ValueType {
     pub const fn sql_type(self) -> &'static str {
         match self {
-            Parameter::K | Parameter::KBar => "integer",
-            Parameter::Candidates => "anyarray",
-            Parameter::Alphas => "double precision[]",
-            _ => "double precision",
+            ValueType::Float => "double precision",
+            ValueType::Smallint => "smallint",
+            ValueType::Integer => "integer",
+            ValueType::Bigint => "bigint",
+        }
+    }
+
+    /// The type of lo and hi: bigint for every integer type, so that integer literals
+    /// pick the overload of the column's own type.
+    pub const fn bound_type(self) -> &'static str {
+        match self {
+            ValueType::Float => "double precision",
+            _ => "bigint",
+        }
+    }
+
+    /// The range of an integer type (None for float).
+    pub const fn range(self) -> Option<(i64, i64)> {
+        match self {
+            ValueType::Float => None,
+            ValueType::Smallint => Some((i16::MIN as i64, i16::MAX as i64)),
+            ValueType::Integer => Some((i32::MIN as i64, i32::MAX as i64)),
+            ValueType::Bigint => Some((i64::MIN, i64::MAX)),
         }
     }
 }
@@ -58,8 +100,9 @@ pub enum Family {
     /// Per-item scores (dp_argmax, dp_top_k, dp_top_k_unknown_domain): rows give an item
     /// and a score.
     Selection,
-    /// A histogram on the public grid (dp_quantile, dp_quantiles): rows give a value.
-    Quantile,
+    /// A histogram on the public grid (dp_quantile, dp_quantiles): rows give a value of
+    /// this type.
+    Quantile(ValueType),
     /// A row count (dp_partition): rows give nothing but themselves.
     Partition,
 }
@@ -69,7 +112,10 @@ impl Family {
     pub const fn row_arguments(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Family::Selection => &[("item", "anyelement"), ("score", "double precision")],
-            Family::Quantile => &[("value", "double precision")],
+            Family::Quantile(ValueType::Float) => &[("value", "double precision")],
+            Family::Quantile(ValueType::Smallint) => &[("value", "smallint")],
+            Family::Quantile(ValueType::Integer) => &[("value", "integer")],
+            Family::Quantile(ValueType::Bigint) => &[("value", "bigint")],
             Family::Partition => &[],
         }
     }
@@ -166,7 +212,11 @@ impl Form {
 
     #[cfg(test)]
     fn arguments(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
-        let parameters = self.parameters.iter().map(|p| (p.name(), p.sql_type()));
+        let family = self.family;
+        let parameters = self
+            .parameters
+            .iter()
+            .map(move |p| (p.name(), p.sql_type(family)));
         self.family
             .row_arguments()
             .iter()
@@ -180,6 +230,9 @@ impl Form {
 #[cfg_attr(not(test), allow(dead_code))]
 pub struct Aggregate {
     pub name: &'static str,
+    /// The prefix of its support functions (`{key}_trans`, `{key}_final`): the name, or
+    /// for an overload on another value type the name and the type.
+    pub key: &'static str,
     pub family: Family,
     /// The SQL type of the answer.
     pub returns: &'static str,
@@ -246,14 +299,73 @@ const UNKNOWN_DOMAIN_K_BAR: Form = Form::new(
     "(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019).",
 );
 const QUANTILE: Form = Form::new(
-    Family::Quantile,
+    Family::Quantile(ValueType::Float),
     &[Alpha, Lo, Hi, Epsilon],
-    "Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted at their nearest grid point; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.",
+    "Differentially private alpha-quantile of value on the public grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size, 2^20 by default): grid point c with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|. Values are clamped to [lo, hi] and counted exactly (#{x < c} and #{x > c} as the values lie, at a grid point or strictly between two); NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.",
 );
 const QUANTILES: Form = Form::new(
-    Family::Quantile,
+    Family::Quantile(ValueType::Float),
     &[Alphas, Lo, Hi, Epsilon],
-    "Several differentially private quantiles from one scan: dp_quantile for each of the m alphas at epsilon/m each (epsilon-DP in total), returned in the order of alphas and non-decreasing where the alphas are.",
+    "Several differentially private quantiles from one scan, epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are. By default (pg_exp_mech.quantiles_method = recursive) by recursive splitting (Kaplan, Schnapp and Stemmer 2022): the middle alpha on all values, then each side on its own values, epsilon/ceil(log2(m + 1)) per level; with quantiles_method = split, dp_quantile for each alpha at epsilon/m.",
+);
+
+const INTEGER_QUANTILE_COMMENT: &str = "Differentially private alpha-quantile of an integer column, in the column's type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.";
+const INTEGER_QUANTILES_COMMENT: &str = "Several differentially private quantiles of an integer column from one scan, in the column's type, on the whole-number grid of dp_quantile over integers: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).";
+
+/// dp_quantile and dp_quantiles over an integer type.
+macro_rules! integer_quantiles {
+    ($value:expr, $one:ident, $one_key:literal, $one_type:literal, $many:ident, $many_key:literal, $many_type:literal) => {
+        pub const $one: Aggregate = Aggregate {
+            name: "dp_quantile",
+            key: $one_key,
+            family: Family::Quantile($value),
+            returns: $one_type,
+            forms: &[Form::new(
+                Family::Quantile($value),
+                &[Alpha, Lo, Hi, Epsilon],
+                INTEGER_QUANTILE_COMMENT,
+            )],
+        };
+        pub const $many: Aggregate = Aggregate {
+            name: "dp_quantiles",
+            key: $many_key,
+            family: Family::Quantile($value),
+            returns: $many_type,
+            forms: &[Form::new(
+                Family::Quantile($value),
+                &[Alphas, Lo, Hi, Epsilon],
+                INTEGER_QUANTILES_COMMENT,
+            )],
+        };
+    };
+}
+
+integer_quantiles!(
+    ValueType::Smallint,
+    DP_QUANTILE_SMALLINT,
+    "dp_quantile_smallint",
+    "smallint",
+    DP_QUANTILES_SMALLINT,
+    "dp_quantiles_smallint",
+    "smallint[]"
+);
+integer_quantiles!(
+    ValueType::Integer,
+    DP_QUANTILE_INTEGER,
+    "dp_quantile_integer",
+    "integer",
+    DP_QUANTILES_INTEGER,
+    "dp_quantiles_integer",
+    "integer[]"
+);
+integer_quantiles!(
+    ValueType::Bigint,
+    DP_QUANTILE_BIGINT,
+    "dp_quantile_bigint",
+    "bigint",
+    DP_QUANTILES_BIGINT,
+    "dp_quantiles_bigint",
+    "bigint[]"
 );
 
 const PARTITION: Form = Form::new(
@@ -264,37 +376,43 @@ const PARTITION: Form = Form::new(
 
 pub const DP_ARGMAX: Aggregate = Aggregate {
     name: "dp_argmax",
+    key: "dp_argmax",
     family: Family::Selection,
     returns: "anyelement",
     forms: &[ARGMAX, ARGMAX_SCORED, ARGMAX_CANDIDATES],
 };
 pub const DP_TOP_K: Aggregate = Aggregate {
     name: "dp_top_k",
+    key: "dp_top_k",
     family: Family::Selection,
     returns: "anyarray",
     forms: &[TOP_K, TOP_K_SCORED, TOP_K_CANDIDATES],
 };
 pub const DP_TOP_K_UNKNOWN_DOMAIN: Aggregate = Aggregate {
     name: "dp_top_k_unknown_domain",
+    key: "dp_top_k_unknown_domain",
     family: Family::Selection,
     returns: "anyarray",
     forms: &[UNKNOWN_DOMAIN, UNKNOWN_DOMAIN_SCORED, UNKNOWN_DOMAIN_K_BAR],
 };
 pub const DP_QUANTILE: Aggregate = Aggregate {
     name: "dp_quantile",
-    family: Family::Quantile,
+    key: "dp_quantile",
+    family: Family::Quantile(ValueType::Float),
     returns: "double precision",
     forms: &[QUANTILE],
 };
 pub const DP_QUANTILES: Aggregate = Aggregate {
     name: "dp_quantiles",
-    family: Family::Quantile,
+    key: "dp_quantiles",
+    family: Family::Quantile(ValueType::Float),
     returns: "double precision[]",
     forms: &[QUANTILES],
 };
 
 pub const DP_PARTITION: Aggregate = Aggregate {
     name: "dp_partition",
+    key: "dp_partition",
     family: Family::Partition,
     returns: "boolean",
     forms: &[PARTITION],
@@ -307,6 +425,12 @@ pub const AGGREGATES: &[Aggregate] = &[
     DP_TOP_K_UNKNOWN_DOMAIN,
     DP_QUANTILE,
     DP_QUANTILES,
+    DP_QUANTILE_SMALLINT,
+    DP_QUANTILES_SMALLINT,
+    DP_QUANTILE_INTEGER,
+    DP_QUANTILES_INTEGER,
+    DP_QUANTILE_BIGINT,
+    DP_QUANTILES_BIGINT,
     DP_PARTITION,
 ];
 
@@ -325,7 +449,7 @@ pub fn sql() -> String {
     );
     for aggregate in AGGREGATES {
         for form in aggregate.forms {
-            let name = aggregate.name;
+            let (name, key) = (aggregate.name, aggregate.key);
             let arguments = form.sql_arguments();
             if aggregate.family == Family::Partition {
                 // The state is PostgreSQL's own row count (regr_count's transition
@@ -346,8 +470,8 @@ pub fn sql() -> String {
             }
             let _ = write!(
                 sql,
-                "\nCREATE FUNCTION {name}_trans(state internal, {arguments})\n    \
-                 RETURNS internal AS 'MODULE_PATHNAME', '{name}_trans' LANGUAGE C PARALLEL SAFE;\n"
+                "\nCREATE FUNCTION {key}_trans(state internal, {arguments})\n    \
+                 RETURNS internal AS 'MODULE_PATHNAME', '{key}_trans' LANGUAGE C PARALLEL SAFE;\n"
             );
             let (state, final_function) = match aggregate.family {
                 Family::Selection => {
@@ -359,16 +483,16 @@ pub fn sql() -> String {
                     );
                     ("dp_item_scores", format!("{name}_final, FINALFUNC_EXTRA"))
                 }
-                Family::Quantile | Family::Partition => ("dp_quantile", format!("{name}_final")),
+                Family::Quantile(_) | Family::Partition => ("dp_quantile", format!("{key}_final")),
             };
             let space = match aggregate.family {
                 Family::Selection => 4096,
-                Family::Quantile | Family::Partition => 1024,
+                Family::Quantile(_) | Family::Partition => 1024,
             };
             let _ = write!(
                 sql,
                 "CREATE AGGREGATE {name}({arguments}) (\n    \
-                 SFUNC = {name}_trans, STYPE = internal, SSPACE = {space},\n    \
+                 SFUNC = {key}_trans, STYPE = internal, SSPACE = {space},\n    \
                  FINALFUNC = {final_function}, FINALFUNC_MODIFY = READ_ONLY,\n    \
                  COMBINEFUNC = {state}_combine,\n    \
                  SERIALFUNC = {state}_serialize, DESERIALFUNC = {state}_deserialize,\n    \

@@ -67,12 +67,12 @@ impl SelectionArguments {
     fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
         parameters::unchanged("epsilon", first.epsilon, self.epsilon)?;
         parameters::unchanged("max_score", first.max_score, self.max_score)?;
-        parameters::unchanged_integer("k", first.k as i64, self.k)?;
+        parameters::unchanged_integer("k", first.k as i64, self.k.map(i64::from))?;
         if let (Some(first), Some(now)) = (first.delta, self.delta) {
             parameters::unchanged("delta", first, now)?;
         }
         if let (Some(first), Some(now)) = (first.k_bar, self.k_bar) {
-            parameters::unchanged_integer("k_bar", first as i64, now)?;
+            parameters::unchanged_integer("k_bar", first as i64, now.map(i64::from))?;
         }
         Ok(())
     }

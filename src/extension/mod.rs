@@ -48,6 +48,12 @@ pgrx::extension_sql_file!(
         item_scores::dp_item_scores_deserialize,
         quantile::dp_quantile_final,
         quantile::dp_quantiles_final,
+        quantile::dp_quantile_smallint_final,
+        quantile::dp_quantiles_smallint_final,
+        quantile::dp_quantile_integer_final,
+        quantile::dp_quantiles_integer_final,
+        quantile::dp_quantile_bigint_final,
+        quantile::dp_quantiles_bigint_final,
         quantile::dp_quantile_combine,
         quantile::dp_quantile_serialize,
         quantile::dp_quantile_deserialize,
@@ -94,6 +100,7 @@ BEGIN
             role || ' of ' ||
             CASE WHEN f.name LIKE 'dp_item_scores_%' THEN 'the selection aggregates (dp_argmax, dp_top_k, dp_top_k_unknown_domain)'
                  WHEN f.name ~ '^dp_quantile_(combine|serialize|deserialize)$' THEN 'dp_quantile and dp_quantiles'
+                 WHEN f.name ~ '^dp_quantiles?_(smallint|integer|bigint)_' THEN regexp_replace(f.name, '^(dp_quantiles?)_([a-z]+)_[a-z]+$', '\1 over \2 values')
                  ELSE substring(f.name from '^(.*)_[a-z]+$') END ||
             '. Called by PostgreSQL inside the aggregate; not for direct use.');
     END LOOP;

@@ -1,17 +1,24 @@
 //! dp_quantile and dp_quantiles: the exponential mechanism on a public grid, from one
-//! histogram per group (mechanisms::quantile). Their forms are described in forms.rs; the
-//! steps around the state (transition, final, combine, serialization) are aggregate.rs's.
+//! histogram per group (mechanisms::quantile), over float8 values (and what casts to it)
+//! or over smallint, integer and bigint values, answered in their own type. Their forms
+//! are described in forms.rs; the steps around the state (transition, final, combine,
+//! serialization) are aggregate.rs's.
 
 use super::aggregate::{self, final_state, transition, Source, State};
 use super::arguments::{Argument, ArrayArgument, CallArguments};
-use super::forms::{Form, Parameter, DP_QUANTILE, DP_QUANTILES};
+use super::forms::{
+    Aggregate, Family, Form, Parameter, ValueType, DP_QUANTILE, DP_QUANTILES, DP_QUANTILES_BIGINT,
+    DP_QUANTILES_INTEGER, DP_QUANTILES_SMALLINT, DP_QUANTILE_BIGINT, DP_QUANTILE_INTEGER,
+    DP_QUANTILE_SMALLINT,
+};
 use super::guc;
 use super::items::array_elements;
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
 use crate::error::Error;
 use crate::mechanisms::quantile::{
-    sample_quantile, sample_quantiles, sample_quantiles_recursive, Grid, Histogram, Snapper,
+    sample_quantile, sample_quantiles, sample_quantiles_recursive, Grid, GridCounts, IntegerGrid,
+    Locator,
 };
 use crate::mechanisms::rng;
 use crate::parameters;
@@ -20,10 +27,29 @@ use pgrx::prelude::*;
 use pgrx::Internal;
 use serde::{Deserialize, Serialize};
 
+/// The public grid of a quantile aggregate: fractional for float8 values, whole numbers
+/// for integer values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum ValueGrid {
+    Float(Grid),
+    Integer(IntegerGrid),
+}
+
+impl ValueGrid {
+    /// K: grid points 0..=K.
+    fn size(&self) -> u32 {
+        match self {
+            ValueGrid::Float(grid) => grid.size,
+            ValueGrid::Integer(grid) => grid.size,
+        }
+    }
+}
+
 /// The parameters of one quantile aggregate, fixed by its first row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuantileParameters {
-    grid: Grid,
+    grid: ValueGrid,
+    value_type: ValueType,
     /// One alpha for dp_quantile, several for dp_quantiles.
     alphas: Vec<f64>,
     epsilon: f64,
@@ -37,12 +63,19 @@ enum Alphas {
     Many(Option<Datum>, usize),
 }
 
+/// lo and hi as the call gives them: double precision, or bigint for integer values.
+#[derive(Debug, Clone, Copy)]
+enum Bounds {
+    Float(Option<f64>, Option<f64>),
+    Integer(Option<i64>, Option<i64>),
+}
+
 /// The parameters as one row (or the call) gives them, before validation.
 #[derive(Debug, Clone, Copy)]
 pub struct QuantileArguments {
+    value_type: ValueType,
     alphas: Alphas,
-    lo: Option<f64>,
-    hi: Option<f64>,
+    bounds: Bounds,
     epsilon: Option<f64>,
 }
 
@@ -70,26 +103,41 @@ impl QuantileArguments {
                 parameters::alphas(values.as_deref())?
             }
         };
-        let (lo, hi) = parameters::bounds(self.lo, self.hi)?;
-        let epsilon = parameters::epsilon(self.epsilon)?;
-        let grid = Grid {
-            lo,
-            hi,
-            size: guc::quantile_grid_size(),
+        let size = guc::quantile_grid_size();
+        let grid = match (self.bounds, self.value_type.range()) {
+            (Bounds::Integer(lo, hi), Some(range)) => {
+                let type_name = self.value_type.sql_type();
+                let (lo, hi) = parameters::integer_bounds(lo, hi, type_name, range)?;
+                ValueGrid::Integer(IntegerGrid::new(lo, hi, size))
+            }
+            (Bounds::Float(lo, hi), _) => {
+                let (lo, hi) = parameters::bounds(lo, hi)?;
+                ValueGrid::Float(Grid { lo, hi, size })
+            }
+            (Bounds::Integer(..), None) => unreachable!("float values have float bounds"),
         };
+        let epsilon = parameters::epsilon(self.epsilon)?;
         Ok(QuantileParameters {
             grid,
+            value_type: self.value_type,
             alphas,
             epsilon,
         })
     }
 }
 
-/// The state of one group: its parameters and the histogram of its values.
+/// How a row's value finds its place on the grid.
+#[derive(Debug, Clone, Copy)]
+enum Locating {
+    Float(Locator),
+    Integer(IntegerGrid),
+}
+
+/// The state of one group: its parameters and the counts of its values on the grid.
 pub struct QuantileState {
     parameters: QuantileParameters,
-    snapper: Snapper,
-    histogram: Histogram<ContextAllocator>,
+    locating: Locating,
+    counts: GridCounts<ContextAllocator>,
     /// dp_quantiles: the first row's alphas, to check that later rows pass the same.
     alphas: Option<ArrayArgument>,
 }
@@ -97,14 +145,18 @@ pub struct QuantileState {
 impl QuantileState {
     fn new(parameters: QuantileParameters, memory: MemoryContext) -> Self {
         // SAFETY: `memory` is the aggregate's (or the current) memory context, which
-        // outlives the state that holds the histogram.
-        let histogram = Histogram::new_in(parameters.grid.size, unsafe {
+        // outlives the state that holds the histograms.
+        let counts = GridCounts::new_in(parameters.grid.size(), unsafe {
             ContextAllocator::new(memory)
         });
+        let locating = match parameters.grid {
+            ValueGrid::Float(grid) => Locating::Float(grid.locator()),
+            ValueGrid::Integer(grid) => Locating::Integer(grid),
+        };
         Self {
-            snapper: parameters.grid.snapper(),
             parameters,
-            histogram,
+            locating,
+            counts,
             alphas: None,
         }
     }
@@ -120,6 +172,9 @@ impl State for QuantileState {
 
     #[inline]
     fn read(form: &Form, source: &impl Source) -> Option<QuantileArguments> {
+        let Family::Quantile(value_type) = form.family else {
+            unreachable!("a quantile form");
+        };
         let at = form.positions;
         let alpha = at.alpha.expect("every quantile form has alpha or alphas");
         let alphas = if form.parameters.contains(&Parameter::Alphas) {
@@ -130,10 +185,18 @@ impl State for QuantileState {
         } else {
             Alphas::One(source.float(alpha)?)
         };
+        let (lo, hi) = (
+            at.lo.expect("every quantile form has lo"),
+            at.hi.expect("every quantile form has hi"),
+        );
+        let bounds = match value_type {
+            ValueType::Float => Bounds::Float(source.float(lo)?, source.float(hi)?),
+            _ => Bounds::Integer(source.bigint(lo)?, source.bigint(hi)?),
+        };
         Some(QuantileArguments {
+            value_type,
             alphas,
-            lo: source.float(at.lo.expect("every quantile form has lo"))?,
-            hi: source.float(at.hi.expect("every quantile form has hi"))?,
+            bounds,
             epsilon: source.float(at.epsilon)?,
         })
     }
@@ -172,18 +235,42 @@ impl State for QuantileState {
                 })
             }
         }
-        parameters::unchanged("lo", first.grid.lo, arguments.lo)?;
-        parameters::unchanged("hi", first.grid.hi, arguments.hi)?;
+        match (first.grid, arguments.bounds) {
+            (ValueGrid::Float(grid), Bounds::Float(lo, hi)) => {
+                parameters::unchanged("lo", grid.lo, lo)?;
+                parameters::unchanged("hi", grid.hi, hi)?;
+            }
+            (ValueGrid::Integer(grid), Bounds::Integer(lo, hi)) => {
+                parameters::unchanged_integer("lo", grid.lo, lo)?;
+                parameters::unchanged_integer("hi", grid.hi, hi)?;
+            }
+            _ => unreachable!("one aggregate reads its bounds in one type"),
+        }
         parameters::unchanged("epsilon", first.epsilon, arguments.epsilon)
     }
 
-    /// NULL and NaN values are skipped; ±∞ clamp to the ends of the grid.
+    /// NULL and NaN values are skipped; ±∞ and values beyond [lo, hi] clamp to its ends.
     #[inline]
     unsafe fn add_row(&mut self, row: &CallArguments) {
-        if let Some(value) = row.float(1).filter(|v| !v.is_nan()) {
-            let cell = self.snapper.cell(value);
-            self.histogram.add(cell);
-        }
+        let Some(value) = row.datum(1) else {
+            return;
+        };
+        let place = match self.locating {
+            Locating::Float(locator) => {
+                let value = f64::from_bits(value.value() as u64);
+                if value.is_nan() {
+                    return;
+                }
+                locator.locate(value)
+            }
+            // Integer datums are passed by value; each type is read at its own width.
+            Locating::Integer(grid) => grid.locate(match self.parameters.value_type {
+                ValueType::Smallint => value.value() as i16 as i64,
+                ValueType::Integer => value.value() as i32 as i64,
+                _ => value.value() as i64,
+            }),
+        };
+        self.counts.add(place);
     }
 
     fn parameters(&self) -> &QuantileParameters {
@@ -199,13 +286,13 @@ impl State for QuantileState {
     }
 
     fn merge(&mut self, other: &Self) {
-        self.histogram.merge(&other.histogram);
+        self.counts.merge(&other.counts);
     }
 
     fn to_bytes(&self) -> Vec<u8> {
         let serialized = SerializedQuantiles {
             parameters: self.parameters.clone(),
-            histogram: Bytes(self.histogram.to_bytes()),
+            counts: Bytes(self.counts.to_bytes()),
         };
         serde_cbor::to_vec(&serialized).expect("the state serializes")
     }
@@ -214,85 +301,166 @@ impl State for QuantileState {
         let serialized: SerializedQuantiles =
             serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
         let mut quantiles = QuantileState::new(serialized.parameters, memory);
-        let grid_size = quantiles.parameters.grid.size;
+        let grid_size = quantiles.parameters.grid.size();
         // SAFETY: as in QuantileState::new.
         let allocator = unsafe { ContextAllocator::new(memory) };
-        quantiles.histogram = Histogram::from_bytes(grid_size, &serialized.histogram.0, allocator);
+        quantiles.counts = GridCounts::from_bytes(grid_size, &serialized.counts.0, allocator);
         quantiles
     }
 }
 
-/// What dp_quantile_serialize writes: the parameters and the histogram's own encoding.
+/// What dp_quantile_serialize writes: the parameters and the counts' own encoding.
 #[derive(Serialize, Deserialize)]
 struct SerializedQuantiles {
     parameters: QuantileParameters,
-    histogram: Bytes,
+    counts: Bytes,
 }
 
-crate::version_1_function_record!(pg_finfo_dp_quantile_trans);
+/// The transition functions, one C symbol per aggregate (`{key}_trans`, aggregates.sql).
+macro_rules! quantile_transitions {
+    ($($function:ident, $record:ident, $aggregate:ident;)*) => {$(
+        crate::version_1_function_record!($record);
 
-/// Transition function of dp_quantile.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_quantile_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
-    // SAFETY: PostgreSQL calls it as the transition function of dp_quantile.
-    unsafe { transition::<QuantileState>(fcinfo, &DP_QUANTILE) }
+        /// A transition function of the quantile aggregates.
+        #[pg_guard]
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $function(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+            // SAFETY: PostgreSQL calls it as the transition function of this aggregate.
+            unsafe { transition::<QuantileState>(fcinfo, &$aggregate) }
+        }
+    )*};
 }
 
-crate::version_1_function_record!(pg_finfo_dp_quantiles_trans);
-
-/// Transition function of dp_quantiles.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_quantiles_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
-    // SAFETY: PostgreSQL calls it as the transition function of dp_quantiles.
-    unsafe { transition::<QuantileState>(fcinfo, &DP_QUANTILES) }
+quantile_transitions! {
+    dp_quantile_trans, pg_finfo_dp_quantile_trans, DP_QUANTILE;
+    dp_quantiles_trans, pg_finfo_dp_quantiles_trans, DP_QUANTILES;
+    dp_quantile_smallint_trans, pg_finfo_dp_quantile_smallint_trans, DP_QUANTILE_SMALLINT;
+    dp_quantiles_smallint_trans, pg_finfo_dp_quantiles_smallint_trans, DP_QUANTILES_SMALLINT;
+    dp_quantile_integer_trans, pg_finfo_dp_quantile_integer_trans, DP_QUANTILE_INTEGER;
+    dp_quantiles_integer_trans, pg_finfo_dp_quantiles_integer_trans, DP_QUANTILES_INTEGER;
+    dp_quantile_bigint_trans, pg_finfo_dp_quantile_bigint_trans, DP_QUANTILE_BIGINT;
+    dp_quantiles_bigint_trans, pg_finfo_dp_quantiles_bigint_trans, DP_QUANTILES_BIGINT;
 }
 
-/// Samples grid point c with probability ∝ exp(ε·u(c) / (2·max(α, 1−α))).
+/// The grid and the answers (grid indices, one per alpha, in the order of the alphas) of
+/// a final call of `aggregate`: dp_quantile samples P(c) ∝ exp(ε·u(c) / (2·max(α, 1−α)));
+/// dp_quantiles follows pg_exp_mech.quantiles_method (recursive splitting by default, or
+/// ε/m each). None (SQL NULL) when a parameter depends on the rows and no row came.
+fn answers(
+    state: &Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+    aggregate: &Aggregate,
+) -> Option<(ValueGrid, Vec<u32>)> {
+    let form = &aggregate.forms[0];
+    // SAFETY: PostgreSQL calls the final functions of the quantile aggregates with their
+    // own state (aggregates.sql).
+    let quantiles =
+        unsafe { final_state::<QuantileState>(fcinfo, state, aggregate, form.arity()) }?;
+    let parameters = &quantiles.parameters;
+    let (counts, alphas, epsilon) = (&quantiles.counts, &parameters.alphas, parameters.epsilon);
+    let points = rng::with_generator(guc::seeding(), |rng| {
+        if !form.parameters.contains(&Parameter::Alphas) {
+            vec![sample_quantile(counts, alphas[0], epsilon, rng)]
+        } else if guc::quantiles_method() == guc::QuantilesMethod::Split {
+            sample_quantiles(counts, alphas, epsilon, rng)
+        } else {
+            sample_quantiles_recursive(counts, alphas, epsilon, rng)
+        }
+    });
+    Some((parameters.grid, points))
+}
+
+/// The answers as values of the column's type: the grid points sampled.
+trait FromGrid: Sized {
+    fn from_grid(grid: ValueGrid, point: u32) -> Self;
+
+    fn one(answers: Option<(ValueGrid, Vec<u32>)>) -> Option<Self> {
+        answers.map(|(grid, points)| Self::from_grid(grid, points[0]))
+    }
+
+    fn many(answers: Option<(ValueGrid, Vec<u32>)>) -> Option<Vec<Self>> {
+        answers.map(|(grid, points)| {
+            points
+                .into_iter()
+                .map(|point| Self::from_grid(grid, point))
+                .collect()
+        })
+    }
+}
+
+impl FromGrid for f64 {
+    fn from_grid(grid: ValueGrid, point: u32) -> Self {
+        match grid {
+            ValueGrid::Float(grid) => grid.point(point),
+            ValueGrid::Integer(grid) => grid.point(point) as f64,
+        }
+    }
+}
+
+/// Integer answers: lo and hi lie within the type's range (validated), and so does every
+/// grid point between them.
+macro_rules! integer_from_grid {
+    ($($type:ty),*) => {$(
+        impl FromGrid for $type {
+            fn from_grid(grid: ValueGrid, point: u32) -> Self {
+                match grid {
+                    ValueGrid::Integer(grid) => grid.point(point) as $type,
+                    ValueGrid::Float(_) => unreachable!("integer aggregates have integer grids"),
+                }
+            }
+        }
+    )*};
+}
+
+integer_from_grid!(i16, i32, i64);
+
 #[pg_extern(parallel_safe)]
 fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
-    let arity = DP_QUANTILE.forms[0].arity();
-    // SAFETY: PostgreSQL calls it as the final function of dp_quantile.
-    let quantiles = unsafe { final_state::<QuantileState>(fcinfo, &state, &DP_QUANTILE, arity) }?;
-    let parameters = &quantiles.parameters;
-    let point = rng::with_generator(guc::seeding(), |rng| {
-        sample_quantile(
-            &quantiles.histogram,
-            parameters.alphas[0],
-            parameters.epsilon,
-            rng,
-        )
-    });
-    Some(parameters.grid.point(point))
+    f64::one(answers(&state, fcinfo, &DP_QUANTILE))
 }
 
-/// One answer per alpha, ordered like the alphas, by the method of
-/// pg_exp_mech.quantiles_method (recursive splitting by default, or ε/m each).
 #[pg_extern(parallel_safe)]
 fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
-    let arity = DP_QUANTILES.forms[0].arity();
-    // SAFETY: PostgreSQL calls it as the final function of dp_quantiles.
-    let quantiles = unsafe { final_state::<QuantileState>(fcinfo, &state, &DP_QUANTILES, arity) }?;
-    let parameters = &quantiles.parameters;
-    let sample = match guc::quantiles_method() {
-        guc::QuantilesMethod::Recursive => sample_quantiles_recursive,
-        guc::QuantilesMethod::Split => sample_quantiles,
-    };
-    let points = rng::with_generator(guc::seeding(), |rng| {
-        sample(
-            &quantiles.histogram,
-            &parameters.alphas,
-            parameters.epsilon,
-            rng,
-        )
-    });
-    Some(
-        points
-            .into_iter()
-            .map(|j| parameters.grid.point(j))
-            .collect(),
-    )
+    f64::many(answers(&state, fcinfo, &DP_QUANTILES))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_smallint_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i16> {
+    i16::one(answers(&state, fcinfo, &DP_QUANTILE_SMALLINT))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_smallint_final(
+    state: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<i16>> {
+    i16::many(answers(&state, fcinfo, &DP_QUANTILES_SMALLINT))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_integer_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i32> {
+    i32::one(answers(&state, fcinfo, &DP_QUANTILE_INTEGER))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_integer_final(
+    state: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<i32>> {
+    i32::many(answers(&state, fcinfo, &DP_QUANTILES_INTEGER))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_bigint_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i64> {
+    i64::one(answers(&state, fcinfo, &DP_QUANTILE_BIGINT))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_bigint_final(
+    state: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<i64>> {
+    i64::many(answers(&state, fcinfo, &DP_QUANTILES_BIGINT))
 }
 
 #[pg_extern(parallel_safe)]
@@ -322,7 +490,9 @@ mod tests {
     use crate::extension::sql_testing::{
         assert_parallel, column, counts_of, error_of, force_parallel_plans, frequencies, run, DRAWS,
     };
-    use crate::mechanisms::quantile::{sample_quantiles_recursive, temperature, Grid, Histogram};
+    use crate::mechanisms::quantile::{
+        sample_quantiles_recursive, temperature, Grid, GridCounts, Place,
+    };
     use crate::testing::{
         assert_matches_distribution, normalise_log_weights, quantile_distribution,
     };
@@ -333,8 +503,9 @@ mod tests {
     const VALUES: &str = "(2), (2), (2.4), (4.6), (5), (9), (13), (13), (20), (NULL), ('NaN'),
                           ('Infinity'), ('-Infinity'), (-7), (35)";
 
-    /// The cells the values above count in: 2.4 → 2, 4.6 → 5, ∞ and 35 → 20, −∞ and −7 → 0.
-    fn cells() -> Vec<u32> {
+    /// Where the values above are counted, by half cell: 2.4 between 2 and 3 (5), 4.6
+    /// between 4 and 5 (9), ∞ and 35 at 20 (40), −∞ and −7 at 0.
+    fn cells() -> Vec<u64> {
         let grid = Grid {
             lo: 0.0,
             hi: 20.0,
@@ -355,8 +526,8 @@ mod tests {
             -7.0,
             35.0,
         ];
-        let cells: Vec<u32> = values.iter().map(|&v| grid.cell(v)).collect();
-        assert_eq!(cells, [2, 2, 2, 5, 5, 9, 13, 13, 20, 20, 0, 0, 20]);
+        let cells: Vec<u64> = values.iter().map(|&v| grid.locate(v).half_cell()).collect();
+        assert_eq!(cells, [4, 4, 5, 9, 10, 18, 26, 26, 40, 40, 0, 0, 40]);
         cells
     }
 
@@ -419,8 +590,10 @@ mod tests {
         // same values, is what the SQL answers must follow; the split's median (ε/3,
         // exact) must be rejected.
         use rand::SeedableRng;
-        let mut histogram = Histogram::new(20);
-        cells().iter().for_each(|&cell| histogram.add(cell));
+        let mut histogram = GridCounts::new(20);
+        cells()
+            .iter()
+            .for_each(|&cell| histogram.add(Place::of_half_cell(cell)));
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(41);
         let mut reference = [0u64; 21];
         for _ in 0..1_000_000 {
@@ -618,6 +791,178 @@ mod tests {
                 "{call}"
             );
         }
+    }
+
+    /// Whole numbers on a coarse integer grid: K = 10 steps for lo 0, hi 95, so the step
+    /// is 10 and the points 0, 10, ..., 90, 95. Values on points, between them, beyond
+    /// [lo, hi] and NULL, in a smallint, an integer and a bigint column.
+    fn integer_table() {
+        run(&[
+            "SET pg_exp_mech.seed = 33",
+            "SET pg_exp_mech.quantile_grid_size = 10",
+            "CREATE TABLE integer_values(s smallint, i integer, b bigint)",
+            "INSERT INTO integer_values
+             SELECT v, v, v FROM unnest(ARRAY[10, 10, 14, 20, 37, 40, 40, 93, 95, -5, 200, NULL]) v",
+            &format!("CREATE TABLE integer_draws AS SELECT g, s, i, b FROM integer_values, generate_series(1, {DRAWS}) g"),
+            "ANALYZE integer_draws",
+        ]);
+    }
+
+    /// Where the values above are counted on that grid, by half cell (2j at point j,
+    /// 2j + 1 between j and j + 1): 14 between 10 and 20, 37 between 30 and 40, 93
+    /// between 90 and 95, −5 at 0, 200 at 95 (point 10).
+    const INTEGER_CELLS: [u64; 11] = [2, 2, 3, 4, 7, 8, 8, 19, 20, 0, 20];
+    const INTEGER_POINTS: [&str; 11] = [
+        "0", "10", "20", "30", "40", "50", "60", "70", "80", "90", "95",
+    ];
+
+    #[pg_test]
+    fn quantile_of_integers_is_an_integer_grid_point_with_the_exact_distribution() {
+        integer_table();
+        let t = temperature(0.3, 1.0);
+        let exact = quantile_distribution(&INTEGER_CELLS, 10, 0.3, t, true);
+        // Counting each value at its nearest point instead (14 at 10, 37 at 40, 93 at
+        // 95) gives another law, which must be rejected, and so must twice the
+        // temperature.
+        let snapped =
+            quantile_distribution(&[2, 2, 2, 4, 8, 8, 8, 20, 20, 0, 20], 10, 0.3, t, true);
+        for (value, type_name) in [("s", "smallint"), ("i", "integer"), ("b", "bigint")] {
+            let query = format!(
+                "SELECT dp_quantile({value}, 0.3, 0, 95, 1.0) FROM integer_draws GROUP BY g"
+            );
+            let counts = counts_of(&frequencies(&query), &INTEGER_POINTS);
+            assert_eq!(counts.iter().sum::<u64>(), DRAWS as u64, "{value}");
+            assert_matches_distribution(&counts, &exact, &snapped);
+            assert_matches_distribution(
+                &counts,
+                &exact,
+                &quantile_distribution(&INTEGER_CELLS, 10, 0.3, 2.0 * t, true),
+            );
+            let types = column(&format!(
+                "SELECT pg_typeof(dp_quantile({value}, 0.5, 0, 95, 1.0))::text || ' ' ||
+                        pg_typeof(dp_quantiles({value}, '{{0.5}}', 0, 95, 1.0))::text
+                   FROM integer_values"
+            ));
+            assert_eq!(types, [format!("{type_name} {type_name}[]")]);
+        }
+    }
+
+    #[pg_test]
+    fn quantiles_of_integers_in_a_parallel_plan() {
+        integer_table();
+        force_parallel_plans();
+        // One alpha through dp_quantiles (recursive: one level at the whole ε) follows
+        // dp_quantile's law, in a parallel plan.
+        let query =
+            "SELECT (dp_quantiles(b, '{0.8}', 0, 95, 2.0))[1] FROM integer_draws GROUP BY g";
+        assert_parallel(query);
+        let counts = counts_of(&frequencies(query), &INTEGER_POINTS);
+        let t = temperature(0.8, 2.0);
+        assert_matches_distribution(
+            &counts,
+            &quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, true),
+            &quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, false),
+        );
+    }
+
+    #[pg_test]
+    fn quantile_of_integers_on_the_whole_number_grid_and_at_the_ends_of_the_types() {
+        run(&[
+            "SET pg_exp_mech.seed = 34",
+            "CREATE TABLE ages AS SELECT (i % 90)::integer AS age FROM generate_series(1, 10000) i",
+            "CREATE TABLE nothing_integer(s smallint, b bigint)",
+        ]);
+        // hi − lo fits the default grid: every whole number is a candidate, and a large
+        // ε finds the true median (44 or 45 of 0..89 each ~111 times).
+        let answers = column(
+            "SELECT dp_quantile(age, 0.5, 0, 100, 1e6)::text FROM ages
+             UNION ALL SELECT dp_quantiles(age, '{0.1, 0.9}', 0, 100, 1e6)::text FROM ages",
+        );
+        assert!(answers[0] == "44" || answers[0] == "45", "{answers:?}");
+        assert_eq!(answers[1], "{8,80}");
+        // The ends of the types are answers like any other grid point.
+        let ends = column(
+            "SELECT (dp_quantile(s, 0.5, -32768, 32767, 1.0) BETWEEN -32768 AND 32767)::text FROM nothing_integer
+             UNION ALL SELECT (dp_quantile(b, 0.5, -9223372036854775808, 9223372036854775807, 1.0) IS NOT NULL)::text FROM nothing_integer
+             UNION ALL SELECT ((SELECT dp_quantile(b, 1.0, 9223372036854775805, 9223372036854775807, 1e6) FROM (VALUES (9223372036854775807::bigint)) v(b)) = 9223372036854775807)::text",
+        );
+        assert_eq!(ends, ["true", "true", "true"]);
+        // No row: a uniform point of the whole-number grid, in the column's type.
+        let names: Vec<String> = (0..=4).map(|j| j.to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let counts = counts_of(
+            &frequencies("SELECT (SELECT dp_quantile(s, 0.5, 0, 4, 1.0) FROM nothing_integer WHERE s > g) FROM generate_series(1, 5000) g"),
+            &names,
+        );
+        let mut skewed = vec![0.0; 5];
+        skewed[2] = 1.0;
+        assert_matches_distribution(&counts, &[0.2; 5], &normalise_log_weights(&skewed));
+        let answers = column("SELECT dp_quantile(s, 0.5, s, 4, 1.0)::text FROM nothing_integer");
+        assert_eq!(answers, ["NULL"]);
+    }
+
+    #[pg_test]
+    fn quantile_of_integers_invalid_parameters_raise_22023() {
+        run(&["CREATE TABLE some_integers AS SELECT i::smallint AS s, i AS i, i::bigint AS b FROM generate_series(1, 10) i"]);
+        let cases = [
+            (
+                "dp_quantile(s, 0.5, -40000, 1, 1)",
+                "lo must be within the range of smallint, got -40000",
+            ),
+            (
+                "dp_quantile(s, 0.5, 0, 32768, 1)",
+                "hi must be within the range of smallint, got 32768",
+            ),
+            (
+                "dp_quantile(i, 0.5, 0, 3000000000, 1)",
+                "hi must be within the range of integer, got 3000000000",
+            ),
+            (
+                "dp_quantile(b, 0.5, NULL, 1, 1)",
+                "lo must be within the range of bigint, got NULL",
+            ),
+            (
+                "dp_quantile(b, 0.5, 1, NULL, 1)",
+                "hi must be within the range of bigint, got NULL",
+            ),
+            (
+                "dp_quantile(i, 0.5, 5, 5, 1)",
+                "hi must be greater than lo (5), got 5",
+            ),
+            (
+                "dp_quantiles(b, '{0.5}', 7, -7, 1)",
+                "hi must be greater than lo (7), got -7",
+            ),
+            (
+                "dp_quantile(i, 1.5, 0, 1, 1)",
+                "alpha must be between 0 and 1, got 1.5",
+            ),
+            (
+                "dp_quantiles(s, '{}', 0, 1, 1)",
+                "alphas must be a non-empty array, got {}",
+            ),
+            (
+                "dp_quantile(b, 0.5, 0, 1, 0)",
+                "epsilon must be finite and greater than 0, got 0",
+            ),
+        ];
+        for (call, message) in cases {
+            for filter in ["", "WHERE false"] {
+                assert_eq!(
+                    error_of(&format!("SELECT {call} FROM some_integers {filter}")),
+                    format!("22023: {message}"),
+                    "{call} {filter}"
+                );
+            }
+        }
+        assert_eq!(
+            error_of("SELECT dp_quantile(i, 0.5, i::bigint - 100, 1, 1) FROM (SELECT i FROM some_integers ORDER BY i) s"),
+            "22023: lo must be the same on every row of an aggregate, got -99 and then -98"
+        );
+        // A fractional bound is not a bigint: the float8 aggregate answers, on its grid.
+        let float =
+            column("SELECT pg_typeof(dp_quantile(i, 0.5, 0.5, 10.5, 1))::text FROM some_integers");
+        assert_eq!(float, ["double precision"]);
     }
 
     /// Memory, as PostgreSQL accounts it (the histograms live in the aggregate's memory

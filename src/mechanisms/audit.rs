@@ -99,7 +99,7 @@ mod tests {
     use crate::mechanisms::gumbel::exponential_mechanism;
     use crate::mechanisms::permute_and_flip::permute_and_flip;
     use crate::mechanisms::quantile::{
-        sample_quantile, sample_quantiles_recursive, temperature, Histogram,
+        sample_quantile, sample_quantiles_recursive, temperature, GridCounts, Place,
     };
     use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
     use rand::SeedableRng;
@@ -168,10 +168,10 @@ mod tests {
 
     /// The quantile audits' pair on a grid of 11 points: D = eight values at 0 and one at
     /// 1, D' adds one at 10.
-    fn quantile_pair() -> (Histogram, Histogram) {
+    fn quantile_pair() -> (GridCounts, GridCounts) {
         let histogram = |cells: &[u32]| {
-            let mut histogram = Histogram::new(10);
-            cells.iter().for_each(|&c| histogram.add(c));
+            let mut histogram = GridCounts::new(10);
+            cells.iter().for_each(|&c| histogram.add(Place::At(c)));
             histogram
         };
         (

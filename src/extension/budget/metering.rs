@@ -24,7 +24,7 @@ use super::charge::{charge, role_name, session_is_budgeted, session_role, Releas
 use crate::error::Error;
 use crate::extension::aggregate::{Source, State};
 use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument};
-use crate::extension::forms::{Aggregate, Family, AGGREGATES};
+use crate::extension::forms::{Aggregate, Family, ValueType, AGGREGATES};
 use crate::extension::item_scores::ItemScores;
 use crate::extension::quantile::QuantileState;
 use crate::extension::{raise, OrRaise};
@@ -125,7 +125,17 @@ pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
             None
         } else {
             let name = CStr::from_ptr(name).to_bytes();
-            AGGREGATES.iter().find(|a| a.name.as_bytes() == name)
+            let mut named = AGGREGATES.iter().filter(|a| a.name.as_bytes() == name);
+            match named.clone().count() {
+                0 | 1 => named.next(),
+                // Overloads on the value type (dp_quantile over float8, smallint, ...).
+                _ => {
+                    let value_type = first_argument_type(function);
+                    named.find(
+                        |a| matches!(a.family, Family::Quantile(v) if type_oid(v) == value_type),
+                    )
+                }
+            }
         };
         aggregate.filter(|_| {
             let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
@@ -135,6 +145,35 @@ pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
     };
     IDENTITIES.with(|identities| identities.borrow_mut().insert(function, identity));
     identity
+}
+
+/// The catalog's oid of a quantile aggregate's value type.
+fn type_oid(value: ValueType) -> Oid {
+    match value {
+        ValueType::Float => pg_sys::FLOAT8OID,
+        ValueType::Smallint => pg_sys::INT2OID,
+        ValueType::Integer => pg_sys::INT4OID,
+        ValueType::Bigint => pg_sys::INT8OID,
+    }
+}
+
+/// The type of a function's first argument (InvalidOid if it has none).
+///
+/// # Safety
+/// A catalog lookup: call it inside a transaction.
+unsafe fn first_argument_type(function: Oid) -> Oid {
+    let mut types: *mut Oid = std::ptr::null_mut();
+    let mut count = 0;
+    // SAFETY: a syscache lookup of an existing function (the caller found its name);
+    // it pallocs the array of `count` argument types.
+    unsafe {
+        pg_sys::get_func_signature(function, &mut types, &mut count);
+        if count > 0 && !types.is_null() {
+            *types
+        } else {
+            pg_sys::InvalidOid
+        }
+    }
 }
 
 /// The arguments the plan gives the DP aggregate `aggref` finalized by `node`, when a
@@ -658,7 +697,7 @@ fn release_of(
     };
     match aggregate.family {
         Family::Selection => ItemScores::validate(form, &source)?,
-        Family::Quantile => QuantileState::validate(form, &source)?,
+        Family::Quantile(_) => QuantileState::validate(form, &source)?,
         Family::Partition => {}
     }
     Ok((epsilon, delta))
