@@ -6,7 +6,10 @@ median of |answer - true quantile| over DRAWS draws per setting (true quantile: 
 inverted-CDF quantile, numpy's method="inverted_cdf"). OpenDP 0.13 draws Gumbel noise
 exactly at about 1 ms per candidate, so OpenDP and pg_exp_mech share a public grid of 101
 points per column (whole numbers for age and hours); pg_exp_mech also runs on its default
-grid of 2^20 + 1 points, diffprivlib on the continuum.
+grid of 2^20 + 1 points, diffprivlib on the continuum. These pg_exp_mech columns read the
+values as float8; "pg_exp_mech (integer column)" passes the Adult columns as the integers
+they are, with integer bounds, so dp_quantile answers on the whole numbers lo..hi (the
+integer grid: step 1 while hi - lo fits the default grid size).
 
 Selection: how often each system names the most common occupation (Prof-specialty 4,140,
 Craft-repair 4,099, Exec-managerial 4,066) over SELECTION_DRAWS draws.
@@ -18,7 +21,8 @@ separately left). The median over groups and draws of |answer - true median of t
 `--grouped-only` runs this study alone (a minute) and writes bench/out/accuracy_grouped.md.
 
 Many quantiles: dp_quantiles for m = 3, 9, 19, 99 evenly spaced alphas (j / (m + 1)) on
-the four columns at epsilon 0.1 and 1, default grid: recursive splitting (the default)
+the four columns at epsilon 0.1 and 1, default grid (the Adult columns as the integers they
+are, answered on the whole numbers of [lo, hi]): recursive splitting (the default)
 against the epsilon / m split (pg_exp_mech.quantiles_method = split). Per draw, the mean
 over the m quantiles of |answer - true quantile|; the table gives the median (and mean)
 of that over the draws. `--multi-only` runs this study alone and writes
@@ -50,8 +54,9 @@ COLUMNS = [  # (table, column, lo, hi)
     ("adult", "capital_gain", 0.0, 100000.0),
     ("lognormal", "v", 0.0, 1e6),
 ]
-SYSTEMS = ["pg_exp_mech (grid 101)", "pg_exp_mech (grid 2^20+1)", "OpenDP (grid 101)",
-           "diffprivlib"]
+SYSTEMS = ["pg_exp_mech (grid 101)", "pg_exp_mech (grid 2^20+1)",
+           "pg_exp_mech (integer column)", "OpenDP (grid 101)", "diffprivlib"]
+INTEGER = SYSTEMS[2]
 
 
 def load_lognormal(connection):
@@ -72,14 +77,17 @@ def column_values(connection, table, column):
         return np.array([row[0] for row in cursor.fetchall()])
 
 
-def ours(connection, table, column, alpha, lo, hi, epsilon, grid_size):
-    """DRAWS independent dp_quantile answers: a correlated subquery evaluates it per g."""
+def ours(connection, table, column, alpha, lo, hi, epsilon, grid_size, integer=False):
+    """DRAWS independent dp_quantile answers: a correlated subquery evaluates it per g. The
+    values as float8 with float8 bounds, or (integer) as the column's integers with integer
+    bounds."""
+    value, lo, hi = (column, int(lo), int(hi)) if integer else (f"{column}::float8", lo, hi)
     with connection.cursor() as cursor:
         cursor.execute(f"SET pg_exp_mech.quantile_grid_size = {grid_size}")
         cursor.execute(
-            f"SELECT (SELECT dp_quantile({column}, {alpha}, {lo}, {hi}, {epsilon}) "
+            f"SELECT (SELECT dp_quantile({value}, {alpha}, {lo}, {hi}, {epsilon}) "
             f"FROM {table} WHERE g > 0) FROM generate_series(1, {DRAWS}) g")
-        return [row[0] for row in cursor.fetchall()]
+        return [None if row[0] is None else float(row[0]) for row in cursor.fetchall()]
 
 
 def opendp_draws(task):
@@ -120,17 +128,21 @@ def quantile_study(connection):
         answers = {
             SYSTEMS[0]: ours(connection, table, column, alpha, lo, hi, epsilon, GRID),
             SYSTEMS[1]: ours(connection, table, column, alpha, lo, hi, epsilon, 1 << 20),
-            SYSTEMS[2]: opendp_answers,
-            SYSTEMS[3]: [diffprivlib_or_failure(data, alpha, lo, hi, epsilon)
+            # The lognormal column is float8: no integer answers to compare.
+            INTEGER: (ours(connection, table, column, alpha, lo, hi, epsilon, 1 << 20, True)
+                      if table == "adult" else None),
+            SYSTEMS[3]: opendp_answers,
+            SYSTEMS[4]: [diffprivlib_or_failure(data, alpha, lo, hi, epsilon)
                          for _ in range(DRAWS)],
         }
-        errors = {s: median_error(answers[s], truth) for s in SYSTEMS}
-        failures = {s: sum(a is None for a in answers[s]) for s in SYSTEMS}
+        answers = {s: a for s, a in answers.items() if a is not None}
+        errors = {s: median_error(answers[s], truth) for s in answers}
+        failures = {s: sum(a is None for a in answers[s]) for s in answers}
         results.append({"column": column if table == "adult" else "lognormal", "alpha": alpha,
                         "epsilon": epsilon, "truth": truth, "median_error": errors,
                         "failures": failures})
         print(f"{column:15} alpha {alpha} eps {epsilon:5}: truth {truth:10.1f}  " +
-              "  ".join(f"{s} {errors[s]:10.2f} ({failures[s]} failed)" for s in SYSTEMS),
+              "  ".join(f"{s} {errors[s]:10.2f} ({failures[s]} failed)" for s in answers),
               flush=True)
     return results
 
@@ -208,13 +220,16 @@ def multi_quantile_study(connection):
                 truths = np.array([float(np.quantile(data, a, method="inverted_cdf"))
                                    for a in alphas])
                 array = "ARRAY[" + ", ".join(repr(a) for a in alphas) + "]::float8[]"
+                # As a user writes it: the Adult columns are integers with integer bounds
+                # (whole-number answers), the lognormal column float8.
+                bounds = (f"{int(lo)}, {int(hi)}" if table == "adult" else f"{lo}, {hi}")
                 for epsilon in MULTI_EPSILONS:
                     row = {"column": column if table == "adult" else "lognormal", "m": m,
                            "epsilon": epsilon}
                     for method in MULTI_METHODS:
                         cursor.execute(f"SET pg_exp_mech.quantiles_method = {method}")
                         cursor.execute(
-                            f"SELECT (SELECT dp_quantiles({column}, {array}, {lo}, {hi}, "
+                            f"SELECT (SELECT dp_quantiles({column}, {array}, {bounds}, "
                             f"{epsilon}) FROM {table} WHERE g > 0) "
                             f"FROM generate_series(1, {DRAWS}) g")
                         errors = [float(np.mean(np.abs(np.array(answers) - truths)))
@@ -254,6 +269,8 @@ def grouped_table(grouped):
 
 def cell(row, system):
     """A median error, with the number of draws that failed (no answer) if any did."""
+    if system not in row["failures"]:
+        return "n/a (float column)"
     failed = row["failures"][system]
     if failed == DRAWS:
         return f"fails in all {DRAWS} draws"
@@ -282,10 +299,13 @@ def write_tables(quantiles, selection, grouped, multi, out):
 
 def plot(quantiles, selection, multi, path):
     figure, axes = plt.subplots(1, 6, figsize=(26, 4.4))
-    styles = dict(zip(SYSTEMS, ["o-", "s--", "^:", "x-."]))
+    styles = dict(zip(SYSTEMS, ["o-", "s--", "d-", "^:", "x-."]))
     for axis, column in zip(axes, ["age", "hours_per_week", "capital_gain", "lognormal"]):
         for system in SYSTEMS:
-            rows = [r for r in quantiles if r["column"] == column and r["alpha"] == 0.5]
+            rows = [r for r in quantiles if r["column"] == column and r["alpha"] == 0.5
+                    and system in r["median_error"]]
+            if not rows:
+                continue
             axis.plot([r["epsilon"] for r in rows],
                       [max(r["median_error"][system], 1e-3) for r in rows],
                       styles[system], label=system)

@@ -55,10 +55,9 @@ SELECT k_bar,
 
 \echo
 \echo '5. Private quartiles of age and hours per week, epsilon = 1 for the three together'
-\echo '(dp_quantiles spends epsilon/3 on each), next to the true ones. Answers are points of'
-\echo 'a public grid over [lo, hi] = [0, 100]; with a grid of one point per unit'
-\echo '(pg_exp_mech.quantile_grid_size = 100) they are whole numbers:'
-SET pg_exp_mech.quantile_grid_size = 100;
+\echo '(recursive splitting: the median first, then each half, epsilon/2 per level), next to'
+\echo 'the true ones. Both columns are integers: the answers are whole numbers of [0, 100],'
+\echo 'in the column''s type, like percentile_disc:'
 SELECT 'age' AS "column",
        percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY age) AS true_quartiles,
        dp_quantiles(age, ARRAY[0.25, 0.5, 0.75], 0, 100, 1.0) AS private_quartiles
@@ -68,11 +67,12 @@ SELECT 'hours_per_week',
        percentile_disc(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY hours_per_week),
        dp_quantiles(hours_per_week, ARRAY[0.25, 0.5, 0.75], 0, 100, 1.0)
   FROM adult;
-RESET pg_exp_mech.quantile_grid_size;
 
-\echo 'The private median of age at smaller epsilon, on the default grid of 2^20 + 1 points'
-\echo '(the answer is the grid point nearest the median, or near it):'
-SELECT epsilon, (SELECT dp_quantile(age, 0.5, 0, 100, epsilon) FROM adult) AS private_median
+\echo 'The private median of age at smaller epsilon: as the integer it is, and as float8 on'
+\echo 'the default grid of 2^20 + 1 points over [0, 100] (an answer near, not at, 37):'
+SELECT epsilon,
+       (SELECT dp_quantile(age, 0.5, 0, 100, epsilon) FROM adult) AS private_median,
+       (SELECT dp_quantile(age::float8, 0.5, 0, 100, epsilon) FROM adult) AS as_float8
   FROM unnest(ARRAY[1, 0.1, 0.01]::float8[]) epsilon;
 
 \echo

@@ -99,7 +99,7 @@ mod tests {
     use crate::mechanisms::gumbel::exponential_mechanism;
     use crate::mechanisms::permute_and_flip::permute_and_flip;
     use crate::mechanisms::quantile::{
-        sample_quantile, sample_quantiles_recursive, temperature, GridCounts, Place,
+        sample_quantile, sample_quantiles_recursive, temperature, GridCounts, IntegerGrid, Place,
     };
     use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
     use rand::SeedableRng;
@@ -201,6 +201,34 @@ mod tests {
         assert_caught(run(2.0), EPSILON);
         // The wrong range: exp(ε·u) without 2·max(α, 1−α).
         assert_caught(run(temperature(alpha, EPSILON) * EPSILON), EPSILON);
+    }
+
+    /// dp_quantile over integers with values between grid points (the whole-number grid
+    /// 0, 10, ..., 100 of a wide range): D = eight values at 0 and one at 5, D' adds 97,
+    /// strictly between 90 and 100. The loss stays within ε; half the temperature is
+    /// caught.
+    #[test]
+    fn audit_quantile_between_grid_points() {
+        let alpha = 0.9;
+        let grid = IntegerGrid::new(0, 100, 10);
+        let counts = |values: &[i64]| {
+            let mut counts = GridCounts::new(grid.size);
+            values.iter().for_each(|&v| counts.add(grid.locate(v)));
+            counts
+        };
+        let d = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5]);
+        let neighbour = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5, 97]);
+        let run = |scale: f64| {
+            let mut rng = ChaCha20Rng::seed_from_u64(109);
+            let mut rng2 = ChaCha20Rng::seed_from_u64(110);
+            audit(
+                || sample_quantile(&d, alpha, EPSILON * scale, &mut rng),
+                || sample_quantile(&neighbour, alpha, EPSILON * scale, &mut rng2),
+                0.0,
+            )
+        };
+        assert_private(run(1.0), EPSILON);
+        assert_caught(run(2.0), EPSILON);
     }
 
     /// dp_quantiles by recursive splitting, α = 0.1, 0.5, 0.9 (two levels) on the same
