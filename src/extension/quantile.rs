@@ -880,13 +880,20 @@ mod tests {
         );
         assert!(answers[0] == "44" || answers[0] == "45", "{answers:?}");
         assert_eq!(answers[1], "{8,80}");
-        // The ends of the types are answers like any other grid point.
+        // The ends of the types are answers like any other grid point; over the whole
+        // bigint range the step is ⌈(2^64 − 1)/2^20⌉ = 2^44, and every answer is
+        // lo + j·2^44 or hi.
         let ends = column(
-            "SELECT (dp_quantile(s, 0.5, -32768, 32767, 1.0) BETWEEN -32768 AND 32767)::text FROM nothing_integer
-             UNION ALL SELECT (dp_quantile(b, 0.5, -9223372036854775808, 9223372036854775807, 1.0) IS NOT NULL)::text FROM nothing_integer
-             UNION ALL SELECT ((SELECT dp_quantile(b, 1.0, 9223372036854775805, 9223372036854775807, 1e6) FROM (VALUES (9223372036854775807::bigint)) v(b)) = 9223372036854775807)::text",
+            "SELECT dp_quantile(s, 0.5, -32768, 32767, 1e6)::text FROM (VALUES (32767::smallint), (32767::smallint)) v(s)
+             UNION ALL SELECT dp_quantile(s, 0.5, -32768, 32767, 1e6)::text FROM (VALUES ((-32768)::smallint)) v(s)
+             UNION ALL SELECT dp_quantile(b, 1.0, 9223372036854775805, 9223372036854775807, 1e6)::text FROM (VALUES (9223372036854775807::bigint)) v(b)
+             UNION ALL SELECT count(*) FILTER (WHERE (q::numeric + 9223372036854775808) % 17592186044416 <> 0
+                                                 AND q <> 9223372036854775807)::text
+                 FROM (SELECT (SELECT dp_quantile(b, 0.5, -9223372036854775808, 9223372036854775807, 0.001)
+                                 FROM nothing_integer WHERE b > g) AS q
+                         FROM generate_series(1, 1000) g) draws",
         );
-        assert_eq!(ends, ["true", "true", "true"]);
+        assert_eq!(ends, ["32767", "-32768", "9223372036854775807", "0"]);
         // No row: a uniform point of the whole-number grid, in the column's type.
         let names: Vec<String> = (0..=4).map(|j| j.to_string()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();

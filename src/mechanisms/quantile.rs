@@ -95,9 +95,15 @@ pub struct Locator {
 
 impl Locator {
     /// [`Grid::point`]. (The step first: exact on round grids, such as whole numbers with
-    /// K = hi − lo, and never overflowing, since step·j ≤ hi − lo.)
+    /// K = hi − lo, and never overflowing, since step·j ≤ hi − lo.) The last point is hi
+    /// itself: lo + step·K can round below it (0.8999999999999999 for lo 0.2, hi 0.9,
+    /// K = 2^20), and a value clamped to hi must lie at a grid point, never beyond the
+    /// last one.
     #[inline]
     pub fn point(&self, j: u32) -> f64 {
+        if j >= self.grid.size {
+            return self.grid.hi;
+        }
         (self.grid.lo + self.step * j as f64).clamp(self.grid.lo, self.grid.hi)
     }
 
@@ -135,6 +141,8 @@ impl Locator {
         if self.point(j) == value {
             Place::At(j)
         } else {
+            // value < hi = point(K), so j < K: a place between two grid points.
+            debug_assert!(j < size);
             Place::Between(j)
         }
     }
@@ -941,7 +949,9 @@ pub fn recursive_levels(m: usize) -> u32 {
 /// broken at random first: each grid point is cut into R refined points and each value
 /// at it placed at one of them, uniformly and independently; each value between grid
 /// points j and j + 1 is placed likewise in one of the R gaps that follow j's refined
-/// points. Answers on the refined grid are reported as the grid point they belong to.
+/// points. Answers on the refined grid are reported as the grid point they belong to (so
+/// a refined candidate reporting c_j may count a value a little above c_j as below it:
+/// the rank error of a tie, which is what the refinement trades for balanced splits).
 ///
 /// Privacy: the random placement is per value and independent of the others, so the
 /// refined values of neighbouring inputs are neighbours (couple the placements of the
@@ -1257,6 +1267,12 @@ mod tests {
                 hi: 1e15 + 1.0,
                 size: DEFAULT_GRID_SIZE,
             },
+            // lo + step·K rounds below hi here.
+            Grid {
+                lo: 0.2,
+                hi: 0.9,
+                size: DEFAULT_GRID_SIZE,
+            },
         ] {
             let locator = grid.locator();
             for j in (0..=grid.size).step_by(97).chain([grid.size]) {
@@ -1270,6 +1286,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Where lo + step·K rounds below hi, hi is still the last grid point: values at or
+    /// beyond it are counted there, also once the histograms are dense and after they
+    /// travel as bytes (a place beyond the last cell would index out of the counters).
+    #[test]
+    fn the_last_grid_point_is_hi_exactly() {
+        let grid = Grid {
+            lo: 0.2,
+            hi: 0.9,
+            size: DEFAULT_GRID_SIZE,
+        };
+        let size = f64::from(DEFAULT_GRID_SIZE);
+        assert!(0.2 + ((0.9 - 0.2) / size) * size < 0.9);
+        assert_eq!(grid.point(DEFAULT_GRID_SIZE), 0.9);
+        assert_eq!(grid.locate(0.9), Place::At(DEFAULT_GRID_SIZE));
+        assert_eq!(grid.locate(5.0), Place::At(DEFAULT_GRID_SIZE));
+        assert_eq!(
+            grid.locate(0.9f64.next_down()),
+            Place::Between(DEFAULT_GRID_SIZE - 1)
+        );
+        let locator = grid.locator();
+        let mut counts = GridCounts::new(grid.size);
+        for i in 0..200_000u32 {
+            counts.add(locator.locate(0.2 + 0.7 * (i as f64 + 0.5) / 200_000.0));
+        }
+        counts.add(locator.locate(7.0));
+        assert!(matches!(counts.between.cells, Cells::Dense(_)));
+        let copy = GridCounts::from_bytes(grid.size, &counts.to_bytes(), Global);
+        assert_eq!(copy.occupied(), counts.occupied());
+        assert_eq!(copy.total(), 200_001);
+        let last = *copy.occupied().last().unwrap();
+        assert_eq!(last, (Place::At(DEFAULT_GRID_SIZE).half_cell(), 1));
     }
 
     #[test]
@@ -1310,27 +1359,35 @@ mod tests {
     /// coarse grid where values fall on points, between them and outside [lo, hi].
     #[test]
     fn utilities_from_places_equal_those_from_raw_values() {
-        let grid = Grid {
-            lo: 0.0,
-            hi: 1.0,
-            size: 10,
-        };
+        for (lo, hi) in [(0.0, 1.0), (0.2, 0.9), (-3.3, 9.9)] {
+            utilities_match_raw_values(Grid { lo, hi, size: 10 });
+        }
+    }
+
+    fn utilities_match_raw_values(grid: Grid) {
+        let (lo, hi) = (grid.lo, grid.hi);
         let mut rng = ChaCha20Rng::seed_from_u64(30);
-        let mut values: Vec<f64> = (0..200).map(|_| rng.random_range(-0.2..1.2)).collect();
+        let width = hi - lo;
+        let mut values: Vec<f64> = (0..200)
+            .map(|_| rng.random_range(lo - 0.2 * width..hi + 0.2 * width))
+            .collect();
         values.extend((0..=10).map(|j| grid.point(j)));
-        values.extend([0.3, 0.3, 1.0, 0.0]);
+        values.extend([grid.point(3), grid.point(3), hi, lo]);
         let mut counts = GridCounts::new(grid.size);
         values.iter().for_each(|&v| counts.add(grid.locate(v)));
         for alpha in [0.1, 0.5, 0.9] {
             let runs: Vec<Run> = runs(counts.iter_occupied(), counts.total(), 10, alpha).collect();
             for j in 0..=10 {
                 let c = grid.point(j);
-                let clamped = values.iter().map(|v| v.clamp(0.0, 1.0));
+                let clamped = values.iter().map(|v| v.clamp(lo, hi));
                 let below = clamped.clone().filter(|&x| x < c).count() as f64;
                 let above = clamped.filter(|&x| x > c).count() as f64;
                 let raw = -((1.0 - alpha) * below - alpha * above).abs();
                 let run = runs.iter().find(|r| r.first <= j && j <= r.last).unwrap();
-                assert!((run.utility - raw).abs() < 1e-9, "alpha {alpha}, point {j}");
+                assert!(
+                    (run.utility - raw).abs() < 1e-9,
+                    "{grid:?} alpha {alpha}, point {j}"
+                );
             }
         }
     }
