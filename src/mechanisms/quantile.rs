@@ -118,11 +118,37 @@ impl Locator {
         let value = value.clamp(self.grid.lo, self.grid.hi);
         let size = self.grid.size;
         let guess = (((value - self.grid.lo) * self.points_per_unit) as u32).min(size);
+        // The per-row path: the guess is right, two points computed.
+        let at_guess = self.point(guess);
+        if at_guess <= value {
+            if guess == size {
+                return Place::At(size); // value = hi
+            }
+            if value < self.point(guess + 1) {
+                return Self::place(guess, at_guess, value);
+            }
+        }
+        self.locate_slowly(value, guess)
+    }
+
+    /// The place of `value`, given the last grid point j at or below it.
+    #[inline]
+    fn place(j: u32, point: f64, value: f64) -> Place {
+        if point == value {
+            Place::At(j)
+        } else {
+            Place::Between(j)
+        }
+    }
+
+    /// [`Locator::locate`] where the guess missed: one step either way, or a binary
+    /// search for the last grid point at or below the value.
+    #[cold]
+    fn locate_slowly(&self, value: f64, guess: u32) -> Place {
+        let size = self.grid.size;
         let last_at_or_below =
             |j: u32| self.point(j) <= value && (j == size || value < self.point(j + 1));
-        let j = if last_at_or_below(guess) {
-            guess
-        } else if guess > 0 && last_at_or_below(guess - 1) {
+        let j = if guess > 0 && last_at_or_below(guess - 1) {
             guess - 1
         } else if guess < size && last_at_or_below(guess + 1) {
             guess + 1
@@ -138,13 +164,9 @@ impl Locator {
             }
             low
         };
-        if self.point(j) == value {
-            Place::At(j)
-        } else {
-            // value < hi = point(K), so j < K: a place between two grid points.
-            debug_assert!(j < size);
-            Place::Between(j)
-        }
+        // value < hi = point(K) unless j = K, so Between(j) has j < K.
+        debug_assert!(j == size || value < self.point(j + 1));
+        Self::place(j, self.point(j), value)
     }
 }
 
