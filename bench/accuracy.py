@@ -209,8 +209,10 @@ MULTI_EPSILONS = [0.1, 1.0]
 MULTI_METHODS = ["recursive", "split"]
 
 
-def multi_quantile_study(connection):
-    """Mean error over m quantiles, recursive splitting against the epsilon / m split."""
+def multi_quantile_study(connection, float8=False):
+    """Mean error over m quantiles, recursive splitting against the epsilon / m split.
+    float8: the Adult columns as double precision values with float bounds (the method of
+    the previous release, which drew the last panel of the committed plot)."""
     results = []
     with connection.cursor() as cursor:
         for table, column, lo, hi in COLUMNS:
@@ -222,14 +224,16 @@ def multi_quantile_study(connection):
                 array = "ARRAY[" + ", ".join(repr(a) for a in alphas) + "]::float8[]"
                 # As a user writes it: the Adult columns are integers with integer bounds
                 # (whole-number answers), the lognormal column float8.
-                bounds = (f"{int(lo)}, {int(hi)}" if table == "adult" else f"{lo}, {hi}")
+                integer = table == "adult" and not float8
+                bounds = f"{int(lo)}, {int(hi)}" if integer else f"{lo}, {hi}"
+                value = column if integer else f"{column}::float8"
                 for epsilon in MULTI_EPSILONS:
                     row = {"column": column if table == "adult" else "lognormal", "m": m,
                            "epsilon": epsilon}
                     for method in MULTI_METHODS:
                         cursor.execute(f"SET pg_exp_mech.quantiles_method = {method}")
                         cursor.execute(
-                            f"SELECT (SELECT dp_quantiles({column}, {array}, {bounds}, "
+                            f"SELECT (SELECT dp_quantiles({value}, {array}, {bounds}, "
                             f"{epsilon}) FROM {table} WHERE g > 0) "
                             f"FROM generate_series(1, {DRAWS}) g")
                         errors = [float(np.mean(np.abs(np.array(answers) - truths)))
@@ -353,6 +357,8 @@ def main():
     parser.add_argument("--plot", required=True)
     parser.add_argument("--grouped-only", action="store_true")
     parser.add_argument("--multi-only", action="store_true")
+    parser.add_argument("--multi-float8", action="store_true",
+                        help="the many-quantile study on the Adult columns as float8")
     arguments = parser.parse_args()
     with psycopg.connect(arguments.dsn, autocommit=True) as connection:
         if arguments.grouped_only:
@@ -360,12 +366,13 @@ def main():
                                "accuracy_grouped.md")
         load_lognormal(connection)
         if arguments.multi_only:
-            return write_alone(multi_table(multi_quantile_study(connection)), arguments.out,
-                               "accuracy_multi.md")
+            return write_alone(multi_table(multi_quantile_study(connection,
+                                                                arguments.multi_float8)),
+                               arguments.out, "accuracy_multi.md")
         quantiles = quantile_study(connection)
         selection = selection_study(connection)
         grouped = grouped_study(connection)
-        multi = multi_quantile_study(connection)
+        multi = multi_quantile_study(connection, arguments.multi_float8)
     write_tables(quantiles, selection, grouped, multi, arguments.out)
     plot(quantiles, selection, multi, arguments.plot)
 

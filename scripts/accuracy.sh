@@ -5,7 +5,9 @@
 # draws its noise exactly, at about a millisecond per candidate.
 #
 # Draws: BENCH_DRAWS (200 per quantile setting), BENCH_SELECTION_DRAWS (1,000).
-# `make accuracy ACCURACY_ARGS=--grouped-only`: the grouped study alone (a minute).
+# `make accuracy ACCURACY_ARGS=--grouped-only`: the grouped study alone (a minute);
+# `--multi-only`: the many-quantile study alone (5 minutes); `--multi-float8`: that study
+# on the Adult columns as float8 instead of as the integers they are.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites

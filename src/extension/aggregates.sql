@@ -155,7 +155,7 @@ CREATE AGGREGATE dp_quantile(value smallint, alpha double precision, lo bigint, 
     SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantile(smallint, double precision, bigint, bigint, double precision) IS
-'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise step ceil((hi - lo)/K), at most K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
 
 CREATE FUNCTION dp_quantiles_smallint_trans(state internal, value smallint, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_smallint_trans' LANGUAGE C PARALLEL SAFE;
@@ -177,7 +177,7 @@ CREATE AGGREGATE dp_quantile(value integer, alpha double precision, lo bigint, h
     SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantile(integer, double precision, bigint, bigint, double precision) IS
-'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise step ceil((hi - lo)/K), at most K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
 
 CREATE FUNCTION dp_quantiles_integer_trans(state internal, value integer, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_integer_trans' LANGUAGE C PARALLEL SAFE;
@@ -199,7 +199,7 @@ CREATE AGGREGATE dp_quantile(value bigint, alpha double precision, lo bigint, hi
     SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantile(bigint, double precision, bigint, bigint, double precision) IS
-'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise the smallest step that keeps K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+'Differentially private alpha-quantile of an integer column, in the column''s type: a whole-number grid point c of lo, lo + step, ..., hi (step 1 when hi - lo <= K = pg_exp_mech.quantile_grid_size, otherwise step ceil((hi - lo)/K), at most K steps; the last step may be shorter), drawn with probability proportional to exp(epsilon * u(c) / (2*max(alpha, 1 - alpha))), u(c) = -|(1 - alpha)*#{x < c} - alpha*#{x > c}|, counted exactly. Values are clamped to [lo, hi]; NULL is skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
 
 CREATE FUNCTION dp_quantiles_bigint_trans(state internal, value bigint, alphas double precision[], lo bigint, hi bigint, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_bigint_trans' LANGUAGE C PARALLEL SAFE;

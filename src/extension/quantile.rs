@@ -838,6 +838,11 @@ mod tests {
                 &exact,
                 &quantile_distribution(&INTEGER_CELLS, 10, 0.3, 2.0 * t, true),
             );
+            assert_matches_distribution(
+                &counts,
+                &exact,
+                &quantile_distribution(&INTEGER_CELLS, 10, 0.3, t, false),
+            );
             let types = column(&format!(
                 "SELECT pg_typeof(dp_quantile({value}, 0.5, 0, 95, 1.0))::text || ' ' ||
                         pg_typeof(dp_quantiles({value}, '{{0.5}}', 0, 95, 1.0))::text
@@ -851,18 +856,21 @@ mod tests {
     fn quantiles_of_integers_in_a_parallel_plan() {
         integer_table();
         force_parallel_plans();
-        // One alpha through dp_quantiles (recursive: one level at the whole ε) follows
-        // dp_quantile's law, in a parallel plan.
-        let query =
-            "SELECT (dp_quantiles(b, '{0.8}', 0, 95, 2.0))[1] FROM integer_draws GROUP BY g";
-        assert_parallel(query);
-        let counts = counts_of(&frequencies(query), &INTEGER_POINTS);
+        // dp_quantile over each type, and one alpha through dp_quantiles (recursive: one
+        // level at the whole ε), follow dp_quantile's law in a parallel plan.
         let t = temperature(0.8, 2.0);
-        assert_matches_distribution(
-            &counts,
-            &quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, true),
-            &quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, false),
-        );
+        let exact = quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, true);
+        let off_by_one = quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, false);
+        for call in [
+            "dp_quantile(s, 0.8, 0, 95, 2.0)",
+            "dp_quantile(i, 0.8, 0, 95, 2.0)",
+            "(dp_quantiles(b, '{0.8}', 0, 95, 2.0))[1]",
+        ] {
+            let query = format!("SELECT {call} FROM integer_draws GROUP BY g");
+            assert_parallel(&query);
+            let counts = counts_of(&frequencies(&query), &INTEGER_POINTS);
+            assert_matches_distribution(&counts, &exact, &off_by_one);
+        }
     }
 
     #[pg_test]
