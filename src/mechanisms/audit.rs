@@ -203,21 +203,28 @@ mod tests {
         assert_caught(run(temperature(alpha, EPSILON) * EPSILON), EPSILON);
     }
 
-    /// dp_quantile over integers with values between grid points (the whole-number grid
-    /// 0, 10, ..., 100 of a wide range): D = eight values at 0 and one at 5, D' adds 97,
-    /// strictly between 90 and 100. The loss stays within ε; half the temperature is
-    /// caught.
-    #[test]
-    fn audit_quantile_between_grid_points() {
-        let alpha = 0.9;
+    /// The integer audits' pair on the whole-number grid 0, 10, ..., 100 (the grid of a
+    /// range wider than its size): D = eight values at 0 and one at 5, between 0 and 10;
+    /// D' adds 97, between 90 and 100.
+    fn integer_pair() -> (GridCounts, GridCounts) {
         let grid = IntegerGrid::new(0, 100, 10);
         let counts = |values: &[i64]| {
             let mut counts = GridCounts::new(grid.size);
             values.iter().for_each(|&v| counts.add(grid.locate(v)));
             counts
         };
-        let d = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5]);
-        let neighbour = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5, 97]);
+        (
+            counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5]),
+            counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5, 97]),
+        )
+    }
+
+    /// dp_quantile at α = 0.9 over integers with values between grid points, on the
+    /// integer pair. The loss stays within ε; half the temperature is caught.
+    #[test]
+    fn audit_quantile_between_grid_points() {
+        let alpha = 0.9;
+        let (d, neighbour) = integer_pair();
         let run = |scale: f64| {
             let mut rng = ChaCha20Rng::seed_from_u64(109);
             let mut rng2 = ChaCha20Rng::seed_from_u64(110);
@@ -251,21 +258,14 @@ mod tests {
         assert_caught(run(2.0), EPSILON);
     }
 
-    /// Recursive dp_quantiles over integers on the grid 0, 10, ..., 100, with values
-    /// between grid points (spread over the refined gaps before splitting): D = eight
-    /// values at 0 and one at 5, D' adds 97. The loss must stay within ε (0.40 measured).
+    /// Recursive dp_quantiles, α = 0.1, 0.5, 0.9, on the integer pair (values between grid
+    /// points, spread over the refined gaps before splitting). The loss must stay within
+    /// ε (0.40 measured).
     /// This pair is easier than audit_recursive_quantiles' (its twin at 2ε reaches only
     /// 0.68), so the audit's power on the recursion is shown there, not here.
     #[test]
     fn audit_recursive_quantiles_between_grid_points() {
-        let grid = IntegerGrid::new(0, 100, 10);
-        let counts = |values: &[i64]| {
-            let mut counts = GridCounts::new(grid.size);
-            values.iter().for_each(|&v| counts.add(grid.locate(v)));
-            counts
-        };
-        let d = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5]);
-        let neighbour = counts(&[0, 0, 0, 0, 0, 0, 0, 0, 5, 97]);
+        let (d, neighbour) = integer_pair();
         let alphas = [0.1, 0.5, 0.9];
         let run = |scale: f64| {
             let mut rng = ChaCha20Rng::seed_from_u64(111);
