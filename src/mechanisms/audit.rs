@@ -180,22 +180,35 @@ mod tests {
         )
     }
 
+    /// The audit of a quantile mechanism `sample(counts, ε, generator)` on `pair` at
+    /// ε·scale, each side with its own fixed seed.
+    fn quantile_audit<K: Hash + Eq + Debug + Clone>(
+        (d, neighbour): &(GridCounts, GridCounts),
+        seeds: (u64, u64),
+        scale: f64,
+        sample: impl Fn(&GridCounts, f64, &mut ChaCha20Rng) -> K,
+    ) -> Finding {
+        let mut rng = ChaCha20Rng::seed_from_u64(seeds.0);
+        let mut rng2 = ChaCha20Rng::seed_from_u64(seeds.1);
+        audit(
+            || sample(d, EPSILON * scale, &mut rng),
+            || sample(neighbour, EPSILON * scale, &mut rng2),
+            0.0,
+        )
+    }
+
     /// dp_quantile at α = 0.9 on the quantile pair. Exact loss 0.89 ε; without the factor
     /// 2·max(α, 1−α) it is 1.64 ε.
     #[test]
     fn audit_quantile() {
         let alpha = 0.9;
-        let (d, neighbour) = quantile_pair();
+        let pair = quantile_pair();
         // sample_quantile at ε' has temperature 2·max(α, 1−α)/ε'; ε' = ε·scale gives
         // temperature right / scale.
         let run = |scale: f64| {
-            let mut rng = ChaCha20Rng::seed_from_u64(105);
-            let mut rng2 = ChaCha20Rng::seed_from_u64(106);
-            audit(
-                || sample_quantile(&d, alpha, EPSILON * scale, &mut rng),
-                || sample_quantile(&neighbour, alpha, EPSILON * scale, &mut rng2),
-                0.0,
-            )
+            quantile_audit(&pair, (105, 106), scale, |counts, epsilon, rng| {
+                sample_quantile(counts, alpha, epsilon, rng)
+            })
         };
         assert_private(run(1.0), EPSILON);
         assert_caught(run(2.0), EPSILON);
@@ -224,15 +237,11 @@ mod tests {
     #[test]
     fn audit_quantile_between_grid_points() {
         let alpha = 0.9;
-        let (d, neighbour) = integer_pair();
+        let pair = integer_pair();
         let run = |scale: f64| {
-            let mut rng = ChaCha20Rng::seed_from_u64(109);
-            let mut rng2 = ChaCha20Rng::seed_from_u64(110);
-            audit(
-                || sample_quantile(&d, alpha, EPSILON * scale, &mut rng),
-                || sample_quantile(&neighbour, alpha, EPSILON * scale, &mut rng2),
-                0.0,
-            )
+            quantile_audit(&pair, (109, 110), scale, |counts, epsilon, rng| {
+                sample_quantile(counts, alpha, epsilon, rng)
+            })
         };
         assert_private(run(1.0), EPSILON);
         assert_caught(run(2.0), EPSILON);
@@ -243,16 +252,12 @@ mod tests {
     /// level at the whole ε instead of ε/2 (levels not composed) must be caught.
     #[test]
     fn audit_recursive_quantiles() {
-        let (d, neighbour) = quantile_pair();
+        let pair = quantile_pair();
         let alphas = [0.1, 0.5, 0.9];
         let run = |scale: f64| {
-            let mut rng = ChaCha20Rng::seed_from_u64(107);
-            let mut rng2 = ChaCha20Rng::seed_from_u64(108);
-            audit(
-                || sample_quantiles_recursive(&d, &alphas, EPSILON * scale, &mut rng),
-                || sample_quantiles_recursive(&neighbour, &alphas, EPSILON * scale, &mut rng2),
-                0.0,
-            )
+            quantile_audit(&pair, (107, 108), scale, |counts, epsilon, rng| {
+                sample_quantiles_recursive(counts, &alphas, epsilon, rng)
+            })
         };
         assert_private(run(1.0), EPSILON);
         assert_caught(run(2.0), EPSILON);
@@ -265,18 +270,11 @@ mod tests {
     /// 0.68), so the audit's power on the recursion is shown there, not here.
     #[test]
     fn audit_recursive_quantiles_between_grid_points() {
-        let (d, neighbour) = integer_pair();
         let alphas = [0.1, 0.5, 0.9];
-        let run = |scale: f64| {
-            let mut rng = ChaCha20Rng::seed_from_u64(111);
-            let mut rng2 = ChaCha20Rng::seed_from_u64(112);
-            audit(
-                || sample_quantiles_recursive(&d, &alphas, EPSILON * scale, &mut rng),
-                || sample_quantiles_recursive(&neighbour, &alphas, EPSILON * scale, &mut rng2),
-                0.0,
-            )
-        };
-        assert_private(run(1.0), EPSILON);
+        let finding = quantile_audit(&integer_pair(), (111, 112), 1.0, |counts, epsilon, rng| {
+            sample_quantiles_recursive(counts, &alphas, epsilon, rng)
+        });
+        assert_private(finding, EPSILON);
     }
 
     /// dp_top_k_unknown_domain at δ = 0.05: on D item 0 has no row (it is absent), on D'
