@@ -760,6 +760,7 @@ impl<A: Allocator + Clone> GridCounts<A> {
     }
 
     /// [`GridCounts::iter_occupied`] as a list.
+    #[cfg(test)]
     pub fn occupied(&self) -> Vec<(u64, u64)> {
         self.iter_occupied().collect()
     }
@@ -786,11 +787,6 @@ impl<A: Allocator + Clone> GridCounts<A> {
         let at = histogram(grid_size);
         let between = histogram(grid_size.saturating_sub(1));
         Self { at, between }
-    }
-
-    /// Bytes held by the histograms' tables.
-    pub fn allocated_bytes(&self) -> usize {
-        self.at.allocated_bytes() + self.between.allocated_bytes()
     }
 }
 
