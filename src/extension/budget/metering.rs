@@ -125,17 +125,19 @@ pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
             None
         } else {
             let name = CStr::from_ptr(name).to_bytes();
-            let mut named = AGGREGATES.iter().filter(|a| a.name.as_bytes() == name);
-            match named.clone().count() {
-                0 | 1 => named.next(),
-                // Overloads on the value type (dp_quantile over float8, smallint, ...).
-                _ => {
-                    let value_type = first_argument_type(function);
-                    named.find(
-                        |a| matches!(a.family, Family::Quantile(v) if type_oid(v) == value_type),
-                    )
-                }
-            }
+            // Quantile aggregates are overloaded on their value type (float8, smallint,
+            // ...): the first argument's type tells them apart, looked up once.
+            let mut value_type = None;
+            AGGREGATES.iter().find(|a| {
+                a.name.as_bytes() == name
+                    && match a.family {
+                        Family::Quantile(v) => {
+                            type_oid(v)
+                                == *value_type.get_or_insert_with(|| first_argument_type(function))
+                        }
+                        _ => true,
+                    }
+            })
         };
         aggregate.filter(|_| {
             let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
