@@ -126,11 +126,14 @@ impl QuantileArguments {
     }
 }
 
-/// How a row's value finds its place on the grid.
+/// How a row's value finds its place on the grid: integer datums are passed by value,
+/// each type read at its own width.
 #[derive(Debug, Clone, Copy)]
 enum Locating {
     Float(Locator),
+    Smallint(IntegerGrid),
     Integer(IntegerGrid),
+    Bigint(IntegerGrid),
 }
 
 /// The state of one group: its parameters and the counts of its values on the grid.
@@ -149,9 +152,11 @@ impl QuantileState {
         let counts = GridCounts::new_in(parameters.grid.size(), unsafe {
             ContextAllocator::new(memory)
         });
-        let locating = match parameters.grid {
-            ValueGrid::Float(grid) => Locating::Float(grid.locator()),
-            ValueGrid::Integer(grid) => Locating::Integer(grid),
+        let locating = match (parameters.grid, parameters.value_type) {
+            (ValueGrid::Float(grid), _) => Locating::Float(grid.locator()),
+            (ValueGrid::Integer(grid), ValueType::Smallint) => Locating::Smallint(grid),
+            (ValueGrid::Integer(grid), ValueType::Integer) => Locating::Integer(grid),
+            (ValueGrid::Integer(grid), _) => Locating::Bigint(grid),
         };
         Self {
             parameters,
@@ -263,12 +268,9 @@ impl State for QuantileState {
                 }
                 locator.locate(value)
             }
-            // Integer datums are passed by value; each type is read at its own width.
-            Locating::Integer(grid) => grid.locate(match self.parameters.value_type {
-                ValueType::Smallint => value.value() as i16 as i64,
-                ValueType::Integer => value.value() as i32 as i64,
-                _ => value.value() as i64,
-            }),
+            Locating::Smallint(grid) => grid.locate(value.value() as i16 as i64),
+            Locating::Integer(grid) => grid.locate(value.value() as i32 as i64),
+            Locating::Bigint(grid) => grid.locate(value.value() as i64),
         };
         self.counts.add(place);
     }
