@@ -74,6 +74,12 @@ pub enum Error {
     /// A DP aggregate finalized in a plan node that was not metered.
     #[error("{reason}")]
     NotMetered { reason: String },
+    /// A role oid that names no role (dp_budget_set(0::regrole, ...)).
+    #[error("role with OID {oid} does not exist")]
+    UnknownRole { oid: u32 },
+    /// A setting the aggregates read, changed while a plan with DP aggregates runs.
+    #[error("it cannot change while a statement with differentially private aggregates runs (or a cursor over one is open): the aggregates read it once, when their plan starts")]
+    SettingFixed,
     /// The ledger is for budget administrators only.
     #[error("permission denied for the privacy ledger: role \"{role}\" is not a budget administrator (one that may execute dp_budget_set)")]
     NotBudgetAdministrator { role: String },
@@ -103,8 +109,10 @@ impl Error {
             Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => "22023",
             // undefined_function, as PostgreSQL's own "could not identify a hash function"
             Error::NoHashFunction { .. } => "42883",
-            // feature_not_supported
-            Error::NotInAggregate { .. } => "0A000",
+            // feature_not_supported: a support function called outside an aggregate, or a
+            // DP aggregate finalized in a plan node the executor hook could not meter
+            // (refused, fails closed)
+            Error::NotInAggregate { .. } | Error::NotMetered { .. } => "0A000",
             // configuration_limit_exceeded
             Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege
@@ -116,9 +124,10 @@ impl Error {
             Error::OnStandby { .. } => "25006",
             // object_not_in_prerequisite_state
             Error::BudgetsUnavailable { .. } | Error::ViewNotBarrier { .. } => "55000",
-            // internal_error: a DP aggregate finalized in a plan the executor hook never
-            // saw (fails closed)
-            Error::NotMetered { .. } => "XX000",
+            // undefined_object, as PostgreSQL's own "role ... does not exist"
+            Error::UnknownRole { .. } => "42704",
+            // cant_change_runtime_param, as PostgreSQL's own "cannot be changed now"
+            Error::SettingFixed => "55P02",
             // program_limit_exceeded
             Error::TooManyRoles { .. } => "54000",
             // io_error

@@ -27,7 +27,9 @@ pub extern "C-unwind" fn _PG_init() {
         extension::budget::init_shared_memory();
     }
     extension::budget::install_metering();
+    extension::budget::install_statistics();
     extension::budget::install_barrier();
+    extension::install_planner();
 }
 
 /// Required by `cargo pgrx test`.

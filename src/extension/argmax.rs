@@ -152,17 +152,21 @@ mod tests {
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2)::text FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{}')::text FROM scored WHERE false
-             UNION ALL SELECT dp_argmax(item, score, 1.0, 2, ARRAY[item]) FROM scored WHERE false
-             UNION ALL SELECT dp_argmax(item, score, 1.0, score, '{z}') FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0, 2, '{z}') FROM scored WHERE false
              UNION ALL SELECT dp_argmax(item, score, 1.0) FROM scored WHERE item IS NULL",
         );
-        // NULL without candidates, for an empty list, and where an argument depends on
-        // the rows; a candidate when the list is known.
-        assert_eq!(
-            answers,
-            ["NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "z", "NULL"]
-        );
+        // NULL without candidates and for an empty list; a candidate when the list is
+        // known. A parameter of the rows is refused, with no row as with rows.
+        assert_eq!(answers, ["NULL", "NULL", "NULL", "NULL", "z", "NULL"]);
+        for (call, name) in [
+            ("dp_argmax(item, score, 1.0, 2, ARRAY[item])", "candidates"),
+            ("dp_argmax(item, score, 1.0, score, '{z}')", "max_score"),
+        ] {
+            assert_eq!(
+                error_of(&format!("SELECT {call} FROM scored WHERE false")),
+                format!("22023: {name} must be a constant or a parameter of the statement, got an expression of the rows")
+            );
+        }
     }
 
     #[pg_test]
@@ -292,34 +296,33 @@ mod tests {
                 );
             }
         }
-        let changing = [
+        // A parameter computed from the rows is refused before any row (with rows or
+        // without, whatever their values): otherwise "must be the same on every row"
+        // would fail only when two rows differ, and print their values.
+        let of_the_rows = [
+            ("epsilon", "SELECT dp_argmax(item, 1, e) FROM (VALUES ('a', 1.0), ('b', 2.0)) v(item, e)"),
+            ("max_score", "SELECT dp_argmax(item, 1, 1, m) FROM (VALUES ('a', 3.0), ('b', NULL)) v(item, m)"),
+            ("max_score", "SELECT dp_argmax(item, 1, 1, m) FROM (VALUES ('a', 3.0), ('b', 3.0)) v(item, m)"),
             (
-                // epsilon, what is charged, is read from the plan before any row.
-                "SELECT dp_argmax(item, 1, e) FROM (VALUES ('a', 1.0), ('b', 2.0)) v(item, e)",
-                "22023: epsilon must be a constant or a parameter of the statement, got an expression of the rows",
-            ),
-            (
-                "SELECT dp_argmax(item, 1, 1, m) FROM (VALUES ('a', 3.0), ('b', NULL)) v(item, m)",
-                "22023: max_score must be the same on every row of an aggregate, got 3 and then NULL",
-            ),
-            (
+                "candidates",
                 "SELECT dp_argmax(item, 1, 1, 1, CASE item WHEN 'a' THEN '{a}'::text[] ELSE '{b}' END)
                    FROM (VALUES ('a'), ('b')) v(item)",
-                "22023: candidates must be the same on every row of an aggregate, got the array of the first row and then another array",
             ),
+            ("candidates", "SELECT dp_argmax(item, 1, 1, 1, ARRAY[item]) FROM (VALUES ('a'), ('b'), ('c')) v(item)"),
+            ("candidates", "SELECT dp_argmax(item, 1, 1, 1, ARRAY['a', item]) FROM (VALUES ('a'), ('a')) v(item)"),
         ];
-        // An array rebuilt on every row, of the same size: it may reuse the previous row's
-        // memory, so its bytes are compared, not its address.
-        let rebuilt = (
-            "SELECT dp_argmax(item, 1, 1, 1, ARRAY[item]) FROM (VALUES ('a'), ('b'), ('c')) v(item)",
-            "22023: candidates must be the same on every row of an aggregate, got the array of the first row and then another array",
-        );
-        for (query, expected) in changing.into_iter().chain([rebuilt]) {
-            assert_eq!(error_of(query), expected, "{query}");
+        for (name, query) in of_the_rows {
+            for filter in ["", " WHERE false"] {
+                assert_eq!(
+                    error_of(&format!("{query}{filter}")),
+                    format!("22023: {name} must be a constant or a parameter of the statement, got an expression of the rows"),
+                    "{query}"
+                );
+            }
         }
-        // The same array rebuilt on every row is the same parameter.
+        // An array of constants, whatever its form, is a parameter.
         assert_eq!(
-            error_of("SELECT dp_argmax(item, 1, 1, 1, ARRAY['a', item]) FROM (VALUES ('a'), ('a')) v(item)"),
+            error_of("SELECT dp_argmax(item, 1, 1, 1, ARRAY['a', 'b']) FROM (VALUES ('a'), ('a')) v(item)"),
             "no error"
         );
     }

@@ -1,5 +1,6 @@
 //! Settings (GUCs) of pg_exp_mech.
 
+use crate::error::Error;
 use crate::mechanisms::quantile::DEFAULT_GRID_SIZE;
 use crate::mechanisms::rng::Seeding;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
@@ -100,36 +101,76 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::default(),
     );
-    // Both mechanisms are ε-DP at the same ε: any role may choose.
-    GucRegistry::define_enum_guc(
-        c"pg_exp_mech.argmax_mechanism",
-        c"How dp_argmax samples its answer: exponential (Gumbel-max, the default) or permute_and_flip.",
-        c"permute_and_flip is never less accurate than the exponential mechanism at the same epsilon and up to twice as accurate; both are epsilon-DP (permute-and-flip is not bounded range, which matters only under zCDP composition).",
-        &ARGMAX_MECHANISM,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    // Both methods are ε-DP at the same ε: any role may choose.
-    GucRegistry::define_enum_guc(
-        c"pg_exp_mech.quantiles_method",
-        c"How dp_quantiles divides epsilon over its m quantiles: recursive (the default) or split.",
-        c"recursive: recursive splitting (Kaplan, Schnapp and Stemmer 2022), epsilon/ceil(log2(m + 1)) per level, each value in one subproblem per level. split: epsilon/m per quantile, each on all values.",
-        &QUANTILES_METHOD,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    // The grid is public: any size is as private as any other; it sets the resolution
-    // of the answers ((hi − lo)/K) and the largest state (K + 1 counters of 8 bytes).
-    GucRegistry::define_int_guc(
-        c"pg_exp_mech.quantile_grid_size",
-        c"K, the number of steps of the public grid of dp_quantile candidates (K + 1 points).",
-        c"The answers of dp_quantile are lo + j*(hi - lo)/K. The state of one group is at most K + 1 counters.",
-        &QUANTILE_GRID_SIZE,
-        1,
-        1 << 24,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
+    // The settings the aggregates read (below) may not change while a plan with DP
+    // aggregates runs: its groups would read different values, and what a later group
+    // does (or fails to do) would tell whether it holds rows (issue 19, part 3).
+    // SAFETY: called from _PG_init, single-threaded, with settings and a hook that live
+    // as long as the library (statics); the hook is guarded.
+    unsafe {
+        // Both mechanisms are ε-DP at the same ε: any role may choose.
+        GucRegistry::define_enum_guc_with_hooks(
+            c"pg_exp_mech.argmax_mechanism",
+            c"How dp_argmax samples its answer: exponential (Gumbel-max, the default) or permute_and_flip.",
+            c"permute_and_flip is never less accurate than the exponential mechanism at the same epsilon and up to twice as accurate; both are epsilon-DP (permute-and-flip is not bounded range, which matters only under zCDP composition).",
+            &ARGMAX_MECHANISM,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
+        // Both methods are ε-DP at the same ε: any role may choose.
+        GucRegistry::define_enum_guc_with_hooks(
+            c"pg_exp_mech.quantiles_method",
+            c"How dp_quantiles divides epsilon over its m quantiles: recursive (the default) or split.",
+            c"recursive: recursive splitting (Kaplan, Schnapp and Stemmer 2022), epsilon/ceil(log2(m + 1)) per level, each value in one subproblem per level. split: epsilon/m per quantile, each on all values.",
+            &QUANTILES_METHOD,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
+        // The grid is public: any size is as private as any other; it sets the
+        // resolution of the answers ((hi − lo)/K) and the largest state (K + 1 counters
+        // of 8 bytes).
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_exp_mech.quantile_grid_size",
+            c"K, the number of steps of the public grid of dp_quantile candidates (K + 1 points).",
+            c"The answers of dp_quantile are lo + j*(hi - lo)/K. The state of one group is at most K + 1 counters.",
+            &QUANTILE_GRID_SIZE,
+            1,
+            1 << 24,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
+    }
+}
+
+/// Check hook of the settings the aggregates read: refused while a plan with DP
+/// aggregates runs in this process (SET, set_config, a function's SET clause).
+/// Restoring a value at the end of a transaction or function calls no check hook.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn may_change(
+    _new_value: *mut std::ffi::c_int,
+    _extra: *mut *mut c_void,
+    _source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    if !crate::extension::budget::dp_plan_running() {
+        return true;
+    }
+    let error = Error::SettingFixed;
+    let detail = std::ffi::CString::new(error.to_string()).expect("no NUL in a message");
+    // SAFETY: PostgreSQL reads (and frees) the detail after the hook returns false; it is
+    // copied into the current memory context, as GUC_check_errdetail does.
+    unsafe {
+        pgrx::pg_sys::GUC_check_errcode(error.sqlstate_code());
+        pgrx::pg_sys::GUC_check_errdetail_string = pgrx::pg_sys::pstrdup(detail.as_ptr());
+    }
+    false
 }
 
 /// Whether roles without a budget are refused.

@@ -10,11 +10,14 @@ mod item_scores;
 mod items;
 mod memory;
 mod partition;
+mod planner;
 mod quantile;
 mod serialization;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
 mod top_k;
+
+pub use planner::install_planner;
 
 use crate::error::Error;
 use pgrx::pg_sys::panic::ErrorReport;

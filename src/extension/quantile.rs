@@ -661,11 +661,20 @@ mod tests {
         assert_matches_distribution(&counts, &uniform, &normalise_log_weights(&skewed));
         let answers = column(
             "SELECT array_length(dp_quantiles(v, '{0.1, 0.9}', 0, 100, 1.0), 1)::text FROM nothing
-             UNION ALL SELECT dp_quantile(v, v, 0, 100, 1.0)::text FROM nothing
-             UNION ALL SELECT dp_quantile(v, 0.5, v, 100, 1.0)::text FROM nothing",
+",
         );
-        // Two answers even with no row; NULL when a parameter depends on the rows.
-        assert_eq!(answers, ["2", "NULL", "NULL"]);
+        // Two answers even with no row. A parameter of the rows is refused, with no
+        // row as with rows.
+        assert_eq!(answers, ["2"]);
+        for (call, name) in [
+            ("dp_quantile(v, v, 0, 100, 1.0)", "alpha"),
+            ("dp_quantile(v, 0.5, v, 100, 1.0)", "lo"),
+        ] {
+            assert_eq!(
+                error_of(&format!("SELECT {call} FROM nothing")),
+                format!("22023: {name} must be a constant or a parameter of the statement, got an expression of the rows")
+            );
+        }
     }
 
     #[pg_test]
@@ -777,21 +786,24 @@ mod tests {
                 );
             }
         }
-        let changing = [
-            ("dp_quantile(v, v / 100, 0, 1, 1)", "alpha must be the same on every row of an aggregate, got 0.01 and then 0.02"),
-            ("dp_quantile(v, 0.5, v - 100, 1, 1)", "lo must be the same on every row of an aggregate, got -99 and then -98"),
-            ("dp_quantile(v, 0.5, 0, v + 100, 1)", "hi must be the same on every row of an aggregate, got 101 and then 102"),
-            ("dp_quantile(v, 0.5, 0, 1, v)", "epsilon must be a constant or a parameter of the statement, got an expression of the rows"),
-            ("dp_quantiles(v, ARRAY[v / 100], 0, 1, 1)", "alphas must be the same on every row of an aggregate, got the array of the first row and then another array"),
+        // Parameters of the rows: refused before any row, with rows or without.
+        let of_the_rows = [
+            ("dp_quantile(v, v / 100, 0, 1, 1)", "alpha"),
+            ("dp_quantile(v, 0.5, v - 100, 1, 1)", "lo"),
+            ("dp_quantile(v, 0.5, 0, v + 100, 1)", "hi"),
+            ("dp_quantile(v, 0.5, 0, 1, v)", "epsilon"),
+            ("dp_quantiles(v, ARRAY[v / 100], 0, 1, 1)", "alphas"),
         ];
-        for (call, message) in changing {
-            assert_eq!(
-                error_of(&format!(
-                    "SELECT {call} FROM (SELECT v FROM some_values ORDER BY v) s"
-                )),
-                format!("22023: {message}"),
-                "{call}"
-            );
+        for (call, name) in of_the_rows {
+            for filter in ["", "WHERE false"] {
+                assert_eq!(
+                    error_of(&format!(
+                        "SELECT {call} FROM (SELECT v FROM some_values ORDER BY v) s {filter}"
+                    )),
+                    format!("22023: {name} must be a constant or a parameter of the statement, got an expression of the rows"),
+                    "{call}"
+                );
+            }
         }
     }
 
@@ -914,8 +926,10 @@ mod tests {
         let mut skewed = vec![0.0; 5];
         skewed[2] = 1.0;
         assert_matches_distribution(&counts, &[0.2; 5], &normalise_log_weights(&skewed));
-        let answers = column("SELECT dp_quantile(s, 0.5, s, 4, 1.0)::text FROM nothing_integer");
-        assert_eq!(answers, ["NULL"]);
+        assert_eq!(
+            error_of("SELECT dp_quantile(s, 0.5, s, 4, 1.0) FROM nothing_integer"),
+            "22023: lo must be a constant or a parameter of the statement, got an expression of the rows"
+        );
     }
 
     #[pg_test]
@@ -974,7 +988,7 @@ mod tests {
         }
         assert_eq!(
             error_of("SELECT dp_quantile(i, 0.5, i::bigint - 100, 1, 1) FROM (SELECT i FROM some_integers ORDER BY i) s"),
-            "22023: lo must be the same on every row of an aggregate, got -99 and then -98"
+            "22023: lo must be a constant or a parameter of the statement, got an expression of the rows"
         );
         // A fractional bound is not a bigint: the float8 aggregate answers, on its grid.
         let float =

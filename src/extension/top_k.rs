@@ -221,13 +221,16 @@ mod tests {
              UNION ALL SELECT dp_top_k(item, score, 2, 1.0, 2, '{}')::text FROM scored
              UNION ALL SELECT dp_top_k(item, score, 2, 1.0, 2, '{z}')::text FROM scored WHERE false
              UNION ALL SELECT dp_top_k_unknown_domain(item, score, 2, 1.0, 0.01)::text FROM scored WHERE false
-             UNION ALL SELECT dp_top_k_unknown_domain(item, score, 2, 1.0, 0.01, 1, 5)::text FROM scored WHERE false
-             UNION ALL SELECT dp_top_k_unknown_domain(item, score, 2, 1.0, 1e-6, score)::text FROM scored WHERE false",
+             UNION ALL SELECT dp_top_k_unknown_domain(item, score, 2, 1.0, 0.01, 1, 5)::text FROM scored WHERE false",
         );
         // NULL as dp_argmax; the candidates when they are known; the unknown-domain
         // mechanism's own answer on empty data is the empty list (NULL would tell the
-        // input was empty); NULL when an argument depends on the rows.
-        assert_eq!(answers, ["NULL", "NULL", "NULL", "{z}", "{}", "{}", "NULL"]);
+        // input was empty). A parameter of the rows is refused, with no row as with rows.
+        assert_eq!(answers, ["NULL", "NULL", "NULL", "{z}", "{}", "{}"]);
+        assert_eq!(
+            error_of("SELECT dp_top_k_unknown_domain(item, score, 2, 1.0, 1e-6, score) FROM scored WHERE false"),
+            "22023: max_score must be a constant or a parameter of the statement, got an expression of the rows"
+        );
     }
 
     #[pg_test]
@@ -308,7 +311,7 @@ mod tests {
             error_of(
                 "SELECT dp_top_k(item, 1, k, 1.0) FROM (VALUES ('a', 1), ('b', 2)) v(item, k)"
             ),
-            "22023: k must be the same on every row of an aggregate, got 1 and then 2"
+            "22023: k must be a constant or a parameter of the statement, got an expression of the rows"
         );
         assert_eq!(
             error_of("SELECT dp_top_k_unknown_domain(item, 1, 1, 1.0, d) FROM (VALUES ('a', 0.1), ('b', 0.2)) v(item, d)"),

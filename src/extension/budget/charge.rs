@@ -50,10 +50,17 @@ pub fn charge(releases: &[Release]) {
         if let Some(refusal) = unavailable {
             raise(refusal.error(|| role_name(role)));
         }
-        if must_have_budget || has_limit(role) {
+        let which = if has_limit(role) {
+            "which has a privacy budget"
+        } else if must_have_budget {
+            "which must have a privacy budget (pg_exp_mech.require_budget is on)"
+        } else {
+            ""
+        };
+        if !which.is_empty() {
             raise(Error::OnStandby {
                 action: format!(
-                    "differentially private aggregates of role \"{}\", which has a privacy budget, cannot be charged",
+                    "differentially private aggregates of role \"{}\", {which}, cannot be charged",
                     role_name(role)
                 ),
             });
@@ -94,7 +101,7 @@ pub unsafe fn require_metered(fcinfo: pg_sys::FunctionCallInfo) {
     }
     if preloaded() {
         raise(Error::NotMetered {
-            reason: "a differentially private aggregate ran in a plan node that pg_exp_mech did not meter".into(),
+            reason: "a differentially private aggregate ran in a plan node that pg_exp_mech could not meter before the statement started (its node was not reachable from the plan)".into(),
         });
     }
     refuse_unless_unmetered();

@@ -21,6 +21,7 @@
 //! run in a node this hook did not meter.
 
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
+use super::statistics::{is_silenced, Silence};
 use crate::error::Error;
 use crate::extension::aggregate::{Source, State};
 use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument};
@@ -86,6 +87,14 @@ thread_local! {
     /// Which functions are this extension's aggregates, by oid.
     static IDENTITIES: RefCell<HashMap<Oid, Option<&'static Aggregate>>> =
         RefCell::new(HashMap::new());
+    /// How many plans with DP aggregates this process has started and not yet ended.
+    static RUNNING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a plan with DP aggregates is running in this process (from its start until
+/// its memory goes: a cursor's plan runs until the cursor closes).
+pub fn dp_plan_running() -> bool {
+    RUNNING.with(|running| running.get() > 0)
 }
 
 static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
@@ -205,6 +214,8 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // SAFETY: PostgreSQL calls the hook with a query descriptor ready to start; the
     // previous hook takes the same arguments.
     unsafe {
+        // A budgeted role's DP plan opens its relations uncounted (statistics.rs).
+        let _silence = is_silenced(query).then(|| Silence::begin(query));
         match PREVIOUS_EXECUTOR_START {
             Some(previous) => {
                 pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| previous(query, eflags))
@@ -269,6 +280,17 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
             ..Found::default()
         };
         walk(planstate, 1, &mut found);
+        // A SubPlan in a WorkTable Scan's projection (a recursive CTE) is linked into
+        // the tree only when the scan first runs; every subplan's state is in
+        // es_subplanstates from the start. Only the leader runs such a plan (a recursive
+        // union is never parallel): a worker that met one unmetered would refuse it.
+        if pg_sys::ParallelWorkerNumber < 0 {
+            for subplan in
+                PgList::<pg_sys::PlanState>::from_pg((*estate).es_subplanstates).iter_ptr()
+            {
+                walk(subplan, 1, &mut found);
+            }
+        }
         if found.registered.is_none() {
             return;
         }
@@ -651,6 +673,18 @@ unsafe fn cost(
     expressions: &[*mut pg_sys::Expr],
 ) -> Result<Cost, Error> {
     let form = aggregate.form(arity);
+    // Every parameter is the same on every row of a loop, or the statement is refused
+    // before any row: a parameter of the rows would make the answer, or an error
+    // ("must be the same on every row"), depend on them.
+    let first = form.family.row_arguments().len();
+    for (parameter, position) in form.parameters.iter().zip(first..) {
+        if let Some(&expression) = expressions.get(position) {
+            // SAFETY: one of the call's argument expressions, as the caller guarantees.
+            if !unsafe { is_same_on_every_row(expression.cast()) } {
+                return Err(of_the_rows(parameter.name()));
+            }
+        }
+    }
     let charged = [Some(form.positions.epsilon), form.positions.delta];
     let unknown = charged
         .into_iter()
@@ -661,25 +695,28 @@ unsafe fn cost(
         return release_of(aggregate, arity, arguments)
             .map(|(epsilon, delta)| Cost::Known { epsilon, delta });
     }
-    let per_loop = unknown.iter().all(|&position| {
-        expressions.get(position).is_some_and(|&expression| {
-            // SAFETY: one of the call's argument expressions, as the caller guarantees.
-            unsafe { is_same_on_every_row(expression.cast()) }
-        })
-    });
-    if per_loop {
-        Ok(Cost::PerLoop)
-    } else {
-        let position = unknown[0];
-        Err(Error::InvalidParameter {
-            name: if position == form.positions.epsilon {
-                "epsilon"
-            } else {
-                "delta"
-            },
-            value: "an expression of the rows".into(),
-            requirement: "a constant or a parameter of the statement".into(),
-        })
+    // Unknown but the same on every row (checked above): read at each loop's start.
+    // Unknown with no expression to read (a Finalize Aggregate whose partial call was
+    // not found): refused.
+    match unknown
+        .iter()
+        .find(|&&position| expressions.get(position).is_none())
+    {
+        None => Ok(Cost::PerLoop),
+        Some(&position) => Err(of_the_rows(if position == form.positions.epsilon {
+            "epsilon"
+        } else {
+            "delta"
+        })),
+    }
+}
+
+/// The refusal of a parameter computed from the rows.
+fn of_the_rows(name: &'static str) -> Error {
+    Error::InvalidParameter {
+        name,
+        value: "an expression of the rows".into(),
+        requirement: "a constant or a parameter of the statement".into(),
     }
 }
 
@@ -816,6 +853,7 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
         (*callback).arg = registered.cast();
         (*callback).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback(memory, callback);
+        RUNNING.with(|running| running.set(running.get() + 1));
         registered
     }
 }
@@ -824,6 +862,7 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
 unsafe extern "C-unwind" fn forget(entries: *mut c_void) {
     // SAFETY: the Box forget_when_done leaked, taken back once.
     let Registered { calls, nodes } = *unsafe { Box::from_raw(entries as *mut Registered) };
+    RUNNING.with(|running| running.set(running.get().saturating_sub(1)));
     ARGUMENTS.with(|all| {
         let mut all = all.borrow_mut();
         for call in calls {
@@ -1095,6 +1134,71 @@ mod tests {
             ),
             (1, 0.25)
         );
+    }
+
+    #[pg_test]
+    fn metering_charges_a_subquery_in_a_recursive_query_per_loop() {
+        grouped_table("recursive");
+        // The SubPlan sits in the WorkTable Scan's projection, linked in only when the
+        // scan first runs: metered from es_subplanstates, one release per loop (three
+        // iterations; the first loop is paid when the plan starts).
+        let query = "WITH RECURSIVE r(n, x) AS (SELECT 1, 0
+                       UNION ALL SELECT n + 1, (SELECT dp_argmax(h, 1, 0.25) FROM recursive WHERE n > 0)
+                       FROM r WHERE n < 4)
+                     SELECT count(*) FROM r";
+        assert_eq!(charged("recursive_analyst", query), (3, 0.75));
+    }
+
+    #[pg_test]
+    fn metering_reads_a_stable_parameter_once_per_loop() {
+        grouped_table("stable");
+        run(&[
+            "SET LOCAL dp.eps = '0.25'",
+            "SET LOCAL enable_hashagg = off",
+        ]);
+        let grouped =
+            "SELECT g, dp_quantile(v, 0.5, 0, 1000, current_setting('dp.eps')::float8) AS q
+                         FROM stable WHERE g < 5 GROUP BY g";
+        // An init-plan, evaluated once when the loop starts.
+        assert!(plan(grouped).contains("InitPlan"), "{}", plan(grouped));
+        // A setting changed after the first group leaves the later groups' epsilon as
+        // it was: no error, whatever the groups (and a malformed value neither).
+        for value in ["0.5", "abc"] {
+            assert_eq!(
+                error_of(&format!(
+                    "SELECT g, q IS NOT NULL, set_config('dp.eps', '{value}', true) FROM ({grouped}) s"
+                )),
+                "no error"
+            );
+            run(&["SET LOCAL dp.eps = '0.25'"]);
+        }
+        assert_eq!(
+            charged(
+                "stable_analyst",
+                &format!("SELECT g, q, set_config('dp.eps', '0.5', true) FROM ({grouped}) s")
+            ),
+            (1, 0.25)
+        );
+        // The settings the aggregates read cannot change while such a plan runs.
+        // (PostgreSQL quotes an enum's value, not an integer's.)
+        for (setting, shown) in [
+            ("pg_exp_mech.quantile_grid_size', '10", "10"),
+            (
+                "pg_exp_mech.argmax_mechanism', 'permute_and_flip",
+                "\"permute_and_flip\"",
+            ),
+            ("pg_exp_mech.quantiles_method', 'split", "\"split\""),
+        ] {
+            let name = setting.split('\'').next().unwrap();
+            assert_eq!(
+                error_of(&format!(
+                    "SELECT g, set_config('{setting}', true) FROM ({grouped}) s"
+                )),
+                format!("55P02: invalid value for parameter \"{name}\": {shown}")
+            );
+            // Outside one, they can.
+            run(&[&format!("SELECT set_config('{setting}', true)")]);
+        }
     }
 
     #[pg_test]

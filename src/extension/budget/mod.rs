@@ -17,6 +17,7 @@
 //! - `metering`: the charge of a plan, taken when it starts (and at each rescan);
 //! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
 //! - `charge`: the charge itself, and who must have a budget;
+//! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
 mod barrier;
@@ -24,12 +25,15 @@ mod charge;
 mod metering;
 mod shared;
 mod sql;
+mod statistics;
 mod wal;
 
 pub use barrier::install_barrier;
 pub use charge::require_metered;
-pub use metering::{install_metering, plan_arguments};
+pub use charge::session_is_budgeted;
+pub use metering::{dp_aggregate, dp_plan_running, install_metering, plan_arguments};
 pub use shared::init_shared_memory;
+pub use statistics::{install_statistics, Silence};
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
@@ -281,6 +285,8 @@ mod tests {
             ("dp_budget_set('limited_analyst', 1, -1e-9)", "22023: delta must be at least 0 and less than 1, got -1e-09"),
             ("dp_budget_set('limited_analyst', 1, 1)", "22023: delta must be at least 0 and less than 1, got 1"),
             ("dp_budget_set('no_such_role', 1)", "42704: role \"no_such_role\" does not exist"),
+            ("dp_budget_set(0::regrole, 1)", "42704: role with OID 0 does not exist"),
+            ("dp_budget_set(4000000000::oid::regrole, 1)", "42704: role with OID 4000000000 does not exist"),
         ] {
             assert_eq!(error_of(&format!("SELECT {call}")), message, "{call}");
         }

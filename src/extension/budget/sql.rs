@@ -77,6 +77,21 @@ fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>, delta: default!(Op
             requirement: "a role".into(),
         });
     };
+    // regrole accepts any oid (0::regrole, a dropped role's): a limit on no role would
+    // sit in the accounts unenforced.
+    // SAFETY: a syscache lookup by oid; any oid is accepted.
+    let exists = unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::AUTHOID as i32,
+            pg_sys::Datum::from(role),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    };
+    if !exists {
+        raise(Error::UnknownRole { oid: role.to_u32() });
+    }
     let limit = match epsilon {
         None => None,
         Some(e) if e.is_finite() && e >= 0.0 => Some(e),

@@ -1,0 +1,306 @@
+//! Statistics counters do not count what a DP plan touches (issue 19, part 1).
+//!
+//! PostgreSQL counts, per relation and index, the tuples and blocks each scan touched
+//! (`pg_stat_get_xact_tuples_fetched`, the `pg_stat_*`, `pg_stat_xact_*` and
+//! `pg_statio_*` views, and their sums in `pg_stat_database`), the temporary bytes it
+//! wrote, the calls of each function, and, for `pg_stat_statements` and EXPLAIN, the
+//! buffers and WAL each statement used. Every one of these is an exact row count of the
+//! data under a DP aggregate, readable by PUBLIC. So while a plan with DP aggregates of a
+//! budgeted role is planned and runs (start, each run, finish, end), counting is off:
+//! - relation counters: `track_counts` off when the executor opens each relation (a
+//!   relation opened then is not counted until it is opened again), and each relation
+//!   of a scan is opened so again at every run (a cursor's next FETCH after another
+//!   statement counted it);
+//! - function calls (`track_functions`) and I/O timings (`track_io_timing`) off;
+//! - temporary files: not reported (PostgreSQL reports them only with `track_counts`);
+//! - the buffer and WAL usage of the backend (`pgBufferUsage`, `pgWalUsage`) and of the
+//!   statement (`queryDesc->totaltime`, which pg_stat_statements reads) are put back as
+//!   they were, so no diff shows them.
+//!
+//! What still moves (README, side channels): timing, `pg_class` and planner estimates,
+//! the WAL position moved by hint bits, global counters such as `pg_stat_bgwriter`.
+
+use super::charge::session_is_budgeted;
+use super::metering::dp_aggregate;
+use pgrx::pg_sys::{self, NodeTag};
+use pgrx::{is_a, PgList};
+use std::ffi::c_void;
+
+static mut PREVIOUS_EXECUTOR_RUN: pg_sys::ExecutorRun_hook_type = None;
+static mut PREVIOUS_EXECUTOR_FINISH: pg_sys::ExecutorFinish_hook_type = None;
+static mut PREVIOUS_EXECUTOR_END: pg_sys::ExecutorEnd_hook_type = None;
+
+/// Installs the executor hooks that run a silenced statement's later steps (its start is
+/// silenced by the metering hook); called from _PG_init.
+pub fn install_statistics() {
+    // SAFETY: _PG_init runs once per process, single-threaded, before any statement
+    // runs: nothing else reads or writes the hooks meanwhile.
+    unsafe {
+        PREVIOUS_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
+        pg_sys::ExecutorRun_hook = Some(silenced_run);
+        PREVIOUS_EXECUTOR_FINISH = pg_sys::ExecutorFinish_hook;
+        pg_sys::ExecutorFinish_hook = Some(silenced_finish);
+        PREVIOUS_EXECUTOR_END = pg_sys::ExecutorEnd_hook;
+        pg_sys::ExecutorEnd_hook = Some(silenced_end);
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn silenced_run(
+    query: *mut pg_sys::QueryDesc,
+    direction: pg_sys::ScanDirection::Type,
+    count: u64,
+    execute_once: bool,
+) {
+    // SAFETY: PostgreSQL calls the hook with a started query; the previous hook takes
+    // the same arguments.
+    unsafe {
+        let _silence = is_silenced(query).then(|| {
+            let silence = Silence::begin(query);
+            stop_counting_relations(query);
+            silence
+        });
+        match PREVIOUS_EXECUTOR_RUN {
+            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
+                previous(query, direction, count, execute_once)
+            }),
+            None => pg_sys::standard_ExecutorRun(query, direction, count, execute_once),
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn silenced_finish(query: *mut pg_sys::QueryDesc) {
+    // SAFETY: as in silenced_run.
+    unsafe {
+        let _silence = is_silenced(query).then(|| Silence::begin(query));
+        match PREVIOUS_EXECUTOR_FINISH {
+            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| previous(query)),
+            None => pg_sys::standard_ExecutorFinish(query),
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn silenced_end(query: *mut pg_sys::QueryDesc) {
+    // SAFETY: as in silenced_run.
+    unsafe {
+        let _silence = is_silenced(query).then(|| Silence::begin(query));
+        match PREVIOUS_EXECUTOR_END {
+            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| previous(query)),
+            None => pg_sys::standard_ExecutorEnd(query),
+        }
+    }
+}
+
+/// While alive, nothing is counted; dropped (also when an error unwinds), every counter
+/// and setting is put back.
+pub struct Silence {
+    track_counts: bool,
+    track_functions: std::ffi::c_int,
+    track_io_timing: bool,
+    buffers: pg_sys::BufferUsage,
+    wal: pg_sys::WalUsage,
+    /// The statement's own totals (pg_stat_statements reads them), when it has them.
+    query: *mut pg_sys::QueryDesc,
+    totals: Option<(pg_sys::BufferUsage, pg_sys::WalUsage)>,
+}
+
+impl Silence {
+    /// Stops counting; `query` (or NULL while planning) is the statement whose totals
+    /// are kept as they are now.
+    ///
+    /// # Safety
+    /// `query` must be NULL or a valid query descriptor that outlives the guard.
+    pub unsafe fn begin(query: *mut pg_sys::QueryDesc) -> Silence {
+        // SAFETY: backend-local globals, read and written by this process only; the
+        // query descriptor is valid, as the caller guarantees.
+        unsafe {
+            let silence = Silence {
+                track_counts: pg_sys::pgstat_track_counts,
+                track_functions: pg_sys::pgstat_track_functions,
+                track_io_timing: pg_sys::track_io_timing,
+                buffers: pg_sys::pgBufferUsage,
+                wal: pg_sys::pgWalUsage,
+                query,
+                totals: totals(query).map(|t| ((*t).bufusage, (*t).walusage)),
+            };
+            pg_sys::pgstat_track_counts = false;
+            pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
+            pg_sys::track_io_timing = false;
+            silence
+        }
+    }
+}
+
+impl Drop for Silence {
+    fn drop(&mut self) {
+        // SAFETY: as in begin; the query descriptor outlives the guard.
+        unsafe {
+            pg_sys::pgstat_track_counts = self.track_counts;
+            pg_sys::pgstat_track_functions = self.track_functions;
+            pg_sys::track_io_timing = self.track_io_timing;
+            pg_sys::pgBufferUsage = self.buffers;
+            pg_sys::pgWalUsage = self.wal;
+            // Totals made during this step (pg_stat_statements allocates them at start)
+            // held nothing before it.
+            if let Some(totals) = totals(self.query) {
+                let (buffers, wal) = self.totals.unwrap_or_default();
+                (*totals).bufusage = buffers;
+                (*totals).walusage = wal;
+            }
+        }
+    }
+}
+
+/// The statement's totals, if something (pg_stat_statements) keeps them.
+///
+/// # Safety
+/// `query` must be NULL or a valid query descriptor.
+unsafe fn totals(query: *mut pg_sys::QueryDesc) -> Option<*mut pg_sys::Instrumentation> {
+    // SAFETY: as the caller guarantees.
+    unsafe { (!query.is_null() && !(*query).totaltime.is_null()).then(|| (*query).totaltime) }
+}
+
+/// Whether the statement's steps run silenced: a budgeted role's plan with DP aggregates.
+///
+/// # Safety
+/// `query` must be a valid query descriptor.
+pub unsafe fn is_silenced(query: *mut pg_sys::QueryDesc) -> bool {
+    // SAFETY: a query descriptor's planned statement, as the caller guarantees.
+    unsafe { holds_dp_aggregates((*query).plannedstmt) && session_is_budgeted() }
+}
+
+/// Opens every relation and index a plan reads as the executor does, while counting is
+/// off: each is then not counted (a cursor's FETCH after another statement of the
+/// transaction opened one would be).
+///
+/// # Safety
+/// `query` must be a started query descriptor, and counting off.
+pub unsafe fn stop_counting_relations(query: *mut pg_sys::QueryDesc) {
+    // SAFETY: es_relations holds es_range_table_size entries, NULL where not opened.
+    unsafe {
+        let estate = (*query).estate;
+        if estate.is_null() {
+            return;
+        }
+        if !(*estate).es_relations.is_null() {
+            for i in 0..(*estate).es_range_table_size as usize {
+                let relation = *(*estate).es_relations.add(i);
+                if !relation.is_null() {
+                    pg_sys::pgstat_init_relation(relation);
+                }
+            }
+        }
+        stop_counting_indexes((*query).planstate, std::ptr::null_mut());
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn stop_counting_indexes(
+    node: *mut pg_sys::PlanState,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: states are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let index = if is_a(node.cast(), NodeTag::T_IndexScanState) {
+            (*(node as *mut pg_sys::IndexScanState)).iss_RelationDesc
+        } else if is_a(node.cast(), NodeTag::T_IndexOnlyScanState) {
+            (*(node as *mut pg_sys::IndexOnlyScanState)).ioss_RelationDesc
+        } else if is_a(node.cast(), NodeTag::T_BitmapIndexScanState) {
+            (*(node as *mut pg_sys::BitmapIndexScanState)).biss_RelationDesc
+        } else {
+            std::ptr::null_mut()
+        };
+        if !index.is_null() {
+            pg_sys::pgstat_init_relation(index);
+        }
+        pg_sys::planstate_tree_walker(node, Some(stop_counting_indexes), context)
+    }
+}
+
+/// Whether a planned statement calls a DP aggregate anywhere (subplans included).
+///
+/// # Safety
+/// `statement` must be NULL or a valid planned statement.
+pub unsafe fn holds_dp_aggregates(statement: *mut pg_sys::PlannedStmt) -> bool {
+    // SAFETY: a planned statement's plan tree and subplans are Plan nodes.
+    unsafe {
+        if statement.is_null() {
+            return false;
+        }
+        plan_holds((*statement).planTree)
+            || PgList::<pg_sys::Plan>::from_pg((*statement).subplans)
+                .iter_ptr()
+                .any(|plan| plan_holds(plan))
+    }
+}
+
+/// # Safety
+/// `plan` must be NULL or a valid Plan.
+unsafe fn plan_holds(plan: *mut pg_sys::Plan) -> bool {
+    // SAFETY: nodes are cast after their tags are checked; the lists hold Plans.
+    unsafe {
+        if plan.is_null() {
+            return false;
+        }
+        let mut found = false;
+        for expressions in [(*plan).targetlist, (*plan).qual] {
+            found |= calls_dp_aggregate(expressions.cast(), std::ptr::null_mut());
+        }
+        let lists = if is_a(plan.cast(), NodeTag::T_Append) {
+            vec![(*(plan as *mut pg_sys::Append)).appendplans]
+        } else if is_a(plan.cast(), NodeTag::T_MergeAppend) {
+            vec![(*(plan as *mut pg_sys::MergeAppend)).mergeplans]
+        } else if is_a(plan.cast(), NodeTag::T_BitmapAnd) {
+            vec![(*(plan as *mut pg_sys::BitmapAnd)).bitmapplans]
+        } else if is_a(plan.cast(), NodeTag::T_BitmapOr) {
+            vec![(*(plan as *mut pg_sys::BitmapOr)).bitmapplans]
+        } else if is_a(plan.cast(), NodeTag::T_CustomScan) {
+            vec![(*(plan as *mut pg_sys::CustomScan)).custom_plans]
+        } else {
+            Vec::new()
+        };
+        let subquery = if is_a(plan.cast(), NodeTag::T_SubqueryScan) {
+            (*(plan as *mut pg_sys::SubqueryScan)).subplan
+        } else {
+            std::ptr::null_mut()
+        };
+        found
+            || plan_holds((*plan).lefttree)
+            || plan_holds((*plan).righttree)
+            || plan_holds(subquery)
+            || lists.into_iter().any(|list| {
+                PgList::<pg_sys::Plan>::from_pg(list)
+                    .iter_ptr()
+                    .any(|child| plan_holds(child))
+            })
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn calls_dp_aggregate(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let function = if is_a(node, NodeTag::T_Aggref) {
+            Some((*(node as *mut pg_sys::Aggref)).aggfnoid)
+        } else if is_a(node, NodeTag::T_WindowFunc) {
+            Some((*(node as *mut pg_sys::WindowFunc)).winfnoid)
+        } else {
+            None
+        };
+        if function.is_some_and(|f| dp_aggregate(f).is_some()) {
+            return true;
+        }
+        pg_sys::expression_tree_walker(node, Some(calls_dp_aggregate), context)
+    }
+}

@@ -1,0 +1,48 @@
+//! The planner hook: what pg_exp_mech changes in a query before PostgreSQL plans it.
+//!
+//! Kept apart from execution (the metering hook reads the plan this produces):
+//! - `parameters`: a DP aggregate's parameters that a stable expression computes
+//!   (`current_setting('dp.eps')::float8`) become init-plans, evaluated once per loop
+//!   instead of once per row;
+//! - a budgeted role's DP statement is planned with statistics counters off.
+
+mod parameters;
+
+use crate::extension::budget::{session_is_budgeted, Silence};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+static mut PREVIOUS_PLANNER: pg_sys::planner_hook_type = None;
+
+/// Installs the hook; called from _PG_init.
+pub fn install_planner() {
+    // SAFETY: _PG_init runs once per process, single-threaded, before any statement is
+    // planned: nothing else reads or writes the hook meanwhile.
+    unsafe {
+        PREVIOUS_PLANNER = pg_sys::planner_hook;
+        pg_sys::planner_hook = Some(plan_query);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn plan_query(
+    parse: *mut pg_sys::Query,
+    query_string: *const std::ffi::c_char,
+    cursor_options: std::ffi::c_int,
+    bound_parameters: pg_sys::ParamListInfo,
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: PostgreSQL calls the hook with a rewritten query that the planner may
+    // scribble on (plancache hands it a copy); the previous hook takes the same arguments.
+    unsafe {
+        let dp = parameters::evaluate_once_per_loop(parse);
+        // Planning may read the data (the planner reads an index's extremes to estimate
+        // a range): not counted for a budgeted role's DP statement (statistics.rs).
+        let _silence = (dp && session_is_budgeted()).then(|| Silence::begin(std::ptr::null_mut()));
+        match PREVIOUS_PLANNER {
+            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
+                previous(parse, query_string, cursor_options, bound_parameters)
+            }),
+            None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_parameters),
+        }
+    }
+}
