@@ -20,6 +20,19 @@ CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon doub
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision) IS
 'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
 
+CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score numeric, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_argmax_final(state internal, item anyelement, score numeric, epsilon double precision)
+    RETURNS anyelement AS 'MODULE_PATHNAME', 'dp_argmax_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_argmax(item anyelement, score numeric, epsilon double precision) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_argmax(anyelement, numeric, double precision) IS
+'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score double precision, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
 CREATE FUNCTION dp_argmax_final(state internal, item anyelement, score double precision, epsilon double precision, max_score double precision)
@@ -32,6 +45,19 @@ CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon doub
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision) IS
 'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
+
+CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score numeric, epsilon double precision, max_score double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_argmax_final(state internal, item anyelement, score numeric, epsilon double precision, max_score double precision)
+    RETURNS anyelement AS 'MODULE_PATHNAME', 'dp_argmax_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_argmax(item anyelement, score numeric, epsilon double precision, max_score double precision) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_argmax(anyelement, numeric, double precision, double precision) IS
+'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score double precision, epsilon double precision, max_score double precision, candidates anyarray)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
@@ -46,6 +72,19 @@ CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon doub
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision, anyarray) IS
 'Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list.';
 
+CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score numeric, epsilon double precision, max_score double precision, candidates anyarray)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_argmax_final(state internal, item anyelement, score numeric, epsilon double precision, max_score double precision, candidates anyarray)
+    RETURNS anyelement AS 'MODULE_PATHNAME', 'dp_argmax_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_argmax(item anyelement, score numeric, epsilon double precision, max_score double precision, candidates anyarray) (
+    SFUNC = dp_argmax_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_argmax_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_argmax(anyelement, numeric, double precision, double precision, anyarray) IS
+'Differentially private argmax over a public list of candidates: only listed items can win, listed items without rows score 0, rows of other items are ignored. epsilon-DP for one row added or removed, also when the items are private. With no row: a uniformly drawn candidate (not NULL, which would reveal the empty input). NULL for an empty list. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
 CREATE FUNCTION dp_top_k_final(state internal, item anyelement, score double precision, k integer, epsilon double precision)
@@ -58,6 +97,19 @@ CREATE AGGREGATE dp_top_k(item anyelement, score double precision, k integer, ep
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, double precision, integer, double precision) IS
 'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.';
+
+CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_final(state internal, item anyelement, score numeric, k integer, epsilon double precision)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k(item anyelement, score numeric, k integer, epsilon double precision) (
+    SFUNC = dp_top_k_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k(anyelement, numeric, integer, double precision) IS
+'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
@@ -72,6 +124,19 @@ CREATE AGGREGATE dp_top_k(item anyelement, score double precision, k integer, ep
 COMMENT ON AGGREGATE dp_top_k(anyelement, double precision, integer, double precision, double precision) IS
 'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.';
 
+CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, max_score double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_final(state internal, item anyelement, score numeric, k integer, epsilon double precision, max_score double precision)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k(item anyelement, score numeric, k integer, epsilon double precision, max_score double precision) (
+    SFUNC = dp_top_k_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k(anyelement, numeric, integer, double precision, double precision) IS
+'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, max_score double precision, candidates anyarray)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
 CREATE FUNCTION dp_top_k_final(state internal, item anyelement, score double precision, k integer, epsilon double precision, max_score double precision, candidates anyarray)
@@ -84,6 +149,19 @@ CREATE AGGREGATE dp_top_k(item anyelement, score double precision, k integer, ep
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, double precision, integer, double precision, double precision, anyarray) IS
 'Differentially private top k over a public list of candidates (listed items without rows score 0, other items are ignored). The whole list is epsilon-DP for one row added or removed, also when the items are private. With no row: k candidates in uniformly random order. NULL for an empty list.';
+
+CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, max_score double precision, candidates anyarray)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_final(state internal, item anyelement, score numeric, k integer, epsilon double precision, max_score double precision, candidates anyarray)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k(item anyelement, score numeric, k integer, epsilon double precision, max_score double precision, candidates anyarray) (
+    SFUNC = dp_top_k_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k(anyelement, numeric, integer, double precision, double precision, anyarray) IS
+'Differentially private top k over a public list of candidates (listed items without rows score 0, other items are ignored). The whole list is epsilon-DP for one row added or removed, also when the items are private. With no row: k candidates in uniformly random order. NULL for an empty list. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -98,6 +176,19 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision) IS
 '(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta.';
 
+CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_unknown_domain_final(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integer, epsilon double precision, delta double precision) (
+    SFUNC = dp_top_k_unknown_domain_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_unknown_domain_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision) IS
+'(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
 CREATE FUNCTION dp_top_k_unknown_domain_final(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision)
@@ -111,6 +202,19 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision, double precision) IS
 '(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k).';
 
+CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_unknown_domain_final(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision) (
+    SFUNC = dp_top_k_unknown_domain_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_unknown_domain_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision, double precision) IS
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k). A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
 CREATE FUNCTION dp_top_k_unknown_domain_final(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
@@ -123,6 +227,19 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision, double precision, integer) IS
 '(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019).';
+
+CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
+CREATE FUNCTION dp_top_k_unknown_domain_final(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
+    RETURNS anyarray AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_final' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer) (
+    SFUNC = dp_top_k_unknown_domain_trans, STYPE = internal, SSPACE = 4096,
+    FINALFUNC = dp_top_k_unknown_domain_final, FINALFUNC_EXTRA, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_item_scores_combine,
+    SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision, double precision, integer) IS
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019). A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_quantile_trans(state internal, value double precision, alpha double precision, lo double precision, hi double precision, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_trans' LANGUAGE C PARALLEL SAFE;
@@ -211,6 +328,28 @@ CREATE AGGREGATE dp_quantiles(value bigint, alphas double precision[], lo bigint
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_quantiles(bigint, double precision[], bigint, bigint, double precision) IS
 'Several differentially private quantiles of an integer column from one scan, in the column''s type, on the whole-number grid of dp_quantile over integers: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).';
+
+CREATE FUNCTION dp_quantile_numeric_trans(state internal, value numeric, alpha double precision, lo double precision, hi double precision, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_numeric_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantile(value numeric, alpha double precision, lo double precision, hi double precision, epsilon double precision) (
+    SFUNC = dp_quantile_numeric_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantile_numeric_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantile(numeric, double precision, double precision, double precision, double precision) IS
+'Differentially private alpha-quantile of a numeric column, in numeric: dp_quantile over double precision on the same grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size), each value converted to double precision without error (beyond its range a value clamps like +-Infinity, a nonzero value below it counts as 0) and the answer, a grid point, converted to numeric by PostgreSQL''s own cast (15 significant digits). Values are clamped to [lo, hi]; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.';
+
+CREATE FUNCTION dp_quantiles_numeric_trans(state internal, value numeric, alphas double precision[], lo double precision, hi double precision, epsilon double precision)
+    RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantiles_numeric_trans' LANGUAGE C PARALLEL SAFE;
+CREATE AGGREGATE dp_quantiles(value numeric, alphas double precision[], lo double precision, hi double precision, epsilon double precision) (
+    SFUNC = dp_quantiles_numeric_trans, STYPE = internal, SSPACE = 1024,
+    FINALFUNC = dp_quantiles_numeric_final, FINALFUNC_MODIFY = READ_ONLY,
+    COMBINEFUNC = dp_quantile_combine,
+    SERIALFUNC = dp_quantile_serialize, DESERIALFUNC = dp_quantile_deserialize,
+    PARALLEL = SAFE);
+COMMENT ON AGGREGATE dp_quantiles(numeric, double precision[], double precision, double precision, double precision) IS
+'Several differentially private quantiles of a numeric column from one scan, in numeric, on the grid of dp_quantile over numeric: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).';
 
 CREATE FUNCTION dp_partition_final(state bigint, epsilon double precision, delta double precision)
     RETURNS boolean AS 'MODULE_PATHNAME', 'dp_partition_final' LANGUAGE C PARALLEL SAFE;

@@ -100,6 +100,35 @@ mod tests {
         );
     }
 
+    /// numeric scores take their own path (issue 19, part 2): the same law as float8,
+    /// with 1e400 clamped to max_score and -1e400 to 0 as ±Infinity are, never the
+    /// implicit cast's error (which printed the value).
+    #[pg_test]
+    fn argmax_numeric_scores_clamp_instead_of_failing() {
+        draws_table();
+        run(&[
+            "CREATE TABLE numeric_draws AS SELECT g, item, CASE score WHEN -1 THEN -1e400
+                 WHEN 5 THEN 1e400 ELSE score::numeric END AS score FROM draws",
+        ]);
+        check_scored_distribution(
+            "SELECT dp_argmax(item, score, 1.0, 2) FROM numeric_draws GROUP BY g",
+        );
+        run(&["INSERT INTO numeric_draws VALUES (-1, 'x', 1e-400), (-1, 'y', 'NaN'), (-2, 'z', -1e131000)"]);
+        assert_eq!(
+            column(
+                "SELECT count(*)::text FROM (SELECT g, dp_argmax(item, score, 1.0, 2),
+                   dp_top_k(item, score, 2, 1.0, 2), dp_top_k_unknown_domain(item, score, 1, 1.0, 1e-6, 2)
+                   FROM numeric_draws GROUP BY g) q"
+            ),
+            [(DRAWS + 2).to_string()]
+        );
+        // Literal scores keep the double precision overload.
+        assert_eq!(
+            column("SELECT pg_typeof(dp_argmax(item, 1, 1.0))::text FROM scored"),
+            ["text"]
+        );
+    }
+
     #[pg_test]
     fn argmax_parallel_plan_gives_the_same_distribution() {
         draws_table();
@@ -391,7 +420,8 @@ mod tests {
             "SELECT p.oid::regprocedure::text || ' ' || p.provolatile::text || p.proparallel::text
                FROM pg_proc p WHERE p.proname = 'dp_argmax' ORDER BY 1",
         );
-        assert_eq!(aggregates.len(), 3);
+        // Three forms, each with double precision and numeric scores.
+        assert_eq!(aggregates.len(), 6);
         assert!(
             aggregates.iter().all(|a| a.ends_with(" vs")),
             "{aggregates:?}"

@@ -314,3 +314,20 @@ pub unsafe fn return_datum(fcinfo: pg_sys::FunctionCallInfo, datum: Option<Datum
         }
     }
 }
+
+/// A numeric datum as double precision, without error: beyond its range ±∞, a nonzero
+/// value below it 0, NaN as NaN (numeric_float8_no_overflow). The implicit cast would
+/// fail on such a value, and its message would print it: data never raises an error
+/// (../shared/PRIVACY.md, section 6).
+///
+/// # Safety
+/// `numeric` must be a non-NULL numeric datum.
+#[inline]
+pub unsafe fn numeric_to_f64(numeric: pg_sys::Datum) -> f64 {
+    // SAFETY: a numeric argument, as the caller guarantees; the function returns a
+    // float8 by value.
+    unsafe {
+        pgrx::direct_function_call::<f64>(pg_sys::numeric_float8_no_overflow, &[Some(numeric)])
+    }
+    .expect("a float8 for a non-NULL numeric")
+}

@@ -60,6 +60,8 @@ pub enum ValueType {
     Smallint,
     Integer,
     Bigint,
+    /// numeric: located on the float grid (converted without error), answered in numeric.
+    Numeric,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -70,6 +72,7 @@ impl ValueType {
             ValueType::Smallint => "smallint",
             ValueType::Integer => "integer",
             ValueType::Bigint => "bigint",
+            ValueType::Numeric => "numeric",
         }
     }
 
@@ -77,7 +80,7 @@ impl ValueType {
     /// pick the overload of the column's own type.
     pub const fn bound_type(self) -> &'static str {
         match self {
-            ValueType::Float => "double precision",
+            ValueType::Float | ValueType::Numeric => "double precision",
             _ => "bigint",
         }
     }
@@ -85,7 +88,7 @@ impl ValueType {
     /// The range of an integer type (None for float).
     pub const fn range(self) -> Option<(i64, i64)> {
         match self {
-            ValueType::Float => None,
+            ValueType::Float | ValueType::Numeric => None,
             ValueType::Smallint => Some((i16::MIN as i64, i16::MAX as i64)),
             ValueType::Integer => Some((i32::MIN as i64, i32::MAX as i64)),
             ValueType::Bigint => Some((i64::MIN, i64::MAX)),
@@ -116,6 +119,7 @@ impl Family {
             Family::Quantile(ValueType::Smallint) => &[("value", "smallint")],
             Family::Quantile(ValueType::Integer) => &[("value", "integer")],
             Family::Quantile(ValueType::Bigint) => &[("value", "bigint")],
+            Family::Quantile(ValueType::Numeric) => &[("value", "numeric")],
             Family::Partition => &[],
         }
     }
@@ -368,6 +372,38 @@ integer_quantiles!(
     "bigint[]"
 );
 
+const NUMERIC_QUANTILE_COMMENT: &str = "Differentially private alpha-quantile of a numeric column, in numeric: dp_quantile over double precision on the same grid lo + j*(hi - lo)/K (K = pg_exp_mech.quantile_grid_size), each value converted to double precision without error (beyond its range a value clamps like +-Infinity, a nonzero value below it counts as 0) and the answer, a grid point, converted to numeric by PostgreSQL's own cast (15 significant digits). Values are clamped to [lo, hi]; NULL and NaN are skipped. epsilon-DP for one row added or removed. No row: a uniform grid point.";
+const NUMERIC_QUANTILES_COMMENT: &str = "Several differentially private quantiles of a numeric column from one scan, in numeric, on the grid of dp_quantile over numeric: epsilon-DP in total, returned in the order of alphas and non-decreasing where the alphas are (recursive splitting by default, or epsilon/m each with pg_exp_mech.quantiles_method = split).";
+
+pub const DP_QUANTILE_NUMERIC: Aggregate = Aggregate {
+    name: "dp_quantile",
+    key: "dp_quantile_numeric",
+    family: Family::Quantile(ValueType::Numeric),
+    returns: "numeric",
+    forms: &[Form::new(
+        Family::Quantile(ValueType::Numeric),
+        &[Alpha, Lo, Hi, Epsilon],
+        NUMERIC_QUANTILE_COMMENT,
+    )],
+};
+pub const DP_QUANTILES_NUMERIC: Aggregate = Aggregate {
+    name: "dp_quantiles",
+    key: "dp_quantiles_numeric",
+    family: Family::Quantile(ValueType::Numeric),
+    returns: "numeric[]",
+    forms: &[Form::new(
+        Family::Quantile(ValueType::Numeric),
+        &[Alphas, Lo, Hi, Epsilon],
+        NUMERIC_QUANTILES_COMMENT,
+    )],
+};
+
+/// The selection aggregates take numeric scores too, through the same functions: each
+/// score is converted to double precision without error (beyond its range it clamps like
+/// ±Infinity), never by the implicit cast, which fails on such a value and prints it.
+#[cfg(test)]
+const NUMERIC_SCORES_COMMENT: &str = " A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).";
+
 const PARTITION: Form = Form::new(
     Family::Partition,
     &[Epsilon, Delta],
@@ -431,6 +467,8 @@ pub const AGGREGATES: &[Aggregate] = &[
     DP_QUANTILES_INTEGER,
     DP_QUANTILE_BIGINT,
     DP_QUANTILES_BIGINT,
+    DP_QUANTILE_NUMERIC,
+    DP_QUANTILES_NUMERIC,
     DP_PARTITION,
 ];
 
@@ -448,9 +486,40 @@ pub fn sql() -> String {
          -- marks them VOLATILE afterwards (two calls are two draws and two charges).\n",
     );
     for aggregate in AGGREGATES {
-        for form in aggregate.forms {
+        // Selection aggregates: double precision scores, then numeric ones.
+        let scores: &[&str] = match aggregate.family {
+            Family::Selection => &["double precision", "numeric"],
+            _ => &["double precision"],
+        };
+        for (form, score) in aggregate
+            .forms
+            .iter()
+            .flat_map(|form| scores.iter().map(move |score| (form, *score)))
+        {
             let (name, key) = (aggregate.name, aggregate.key);
-            let arguments = form.sql_arguments();
+            let numeric_scores = score == "numeric";
+            let with_score = |text: String, from: &str, to: &str| {
+                if numeric_scores {
+                    text.replacen(from, to, 1)
+                } else {
+                    text
+                }
+            };
+            let arguments = with_score(
+                form.sql_arguments(),
+                "score double precision",
+                "score numeric",
+            );
+            let types = with_score(
+                form.sql_types(),
+                "anyelement, double precision",
+                "anyelement, numeric",
+            );
+            let comment = if numeric_scores {
+                format!("{}{NUMERIC_SCORES_COMMENT}", form.comment)
+            } else {
+                form.comment.to_string()
+            };
             if aggregate.family == Family::Partition {
                 // The state is PostgreSQL's own row count (regr_count's transition
                 // function, strict in epsilon and delta, which the plan checks first).
@@ -463,8 +532,7 @@ pub fn sql() -> String {
                      FINALFUNC = {name}_final, FINALFUNC_EXTRA,\n    \
                      COMBINEFUNC = pg_catalog.int8pl, PARALLEL = SAFE);\n\
                      COMMENT ON AGGREGATE {name}({types}) IS\n'{comment}';\n",
-                    types = form.sql_types(),
-                    comment = form.comment.replace('\'', "''"),
+                    comment = comment.replace('\'', "''"),
                 );
                 continue;
             }
@@ -498,8 +566,7 @@ pub fn sql() -> String {
                  SERIALFUNC = {state}_serialize, DESERIALFUNC = {state}_deserialize,\n    \
                  PARALLEL = SAFE);\n\
                  COMMENT ON AGGREGATE {name}({types}) IS\n'{comment}';\n",
-                types = form.sql_types(),
-                comment = form.comment.replace('\'', "''"),
+                comment = comment.replace('\'', "''"),
             );
         }
     }

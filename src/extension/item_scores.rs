@@ -4,7 +4,7 @@
 //! aggregate.rs's, shared with the quantile state.
 
 use super::aggregate::{self, final_state, Source, State};
-use super::arguments::{return_datum, Argument, ArrayArgument, CallArguments};
+use super::arguments::{numeric_to_f64, return_datum, Argument, ArrayArgument, CallArguments};
 use super::forms::{Aggregate, Form};
 use super::items::ItemType;
 use super::memory::ContextAllocator;
@@ -115,6 +115,8 @@ pub struct ItemScores {
     memory: MemoryContext,
     /// The first row's candidates, to check that later rows pass the same array.
     candidates: Option<ArrayArgument>,
+    /// Scores are numeric datums (the numeric overloads), converted without error.
+    numeric_scores: bool,
 }
 
 impl ItemScores {
@@ -138,6 +140,11 @@ impl ItemScores {
             table: ScoreTable::new_in(unsafe { ContextAllocator::new(memory) }),
             memory,
             candidates: None,
+            // SAFETY: a transition or final function's call info (NULL for a state that
+            // only merges); argument 2 is the score in both.
+            numeric_scores: !fcinfo.is_null()
+                && unsafe { pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 2) }
+                    == pg_sys::NUMERICOID,
         };
         if let Candidates::Listed {
             array: list,
@@ -300,7 +307,13 @@ impl State for ItemScores {
         if let Some(item) = row.datum(1) {
             // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp
             // (../shared/PRIVACY.md, section 6: clamp, never error, on data).
-            let amount = contribution(row.float(2), self.selection.max_score);
+            let score = if self.numeric_scores {
+                // SAFETY: a numeric overload's score argument.
+                row.datum(2).map(|score| unsafe { numeric_to_f64(score) })
+            } else {
+                row.float(2)
+            };
+            let amount = contribution(score, self.selection.max_score);
             // SAFETY: a non-NULL item argument of the transition call, of the item type.
             unsafe { self.add(item, amount) };
         }

@@ -57,6 +57,8 @@ pgrx::extension_sql_file!(
         quantile::dp_quantiles_integer_final,
         quantile::dp_quantile_bigint_final,
         quantile::dp_quantiles_bigint_final,
+        quantile::dp_quantile_numeric_final,
+        quantile::dp_quantiles_numeric_final,
         quantile::dp_quantile_combine,
         quantile::dp_quantile_serialize,
         quantile::dp_quantile_deserialize,

@@ -5,11 +5,11 @@
 //! serialization) are aggregate.rs's.
 
 use super::aggregate::{self, final_state, transition, Source, State};
-use super::arguments::{Argument, ArrayArgument, CallArguments};
+use super::arguments::{numeric_to_f64, Argument, ArrayArgument, CallArguments};
 use super::forms::{
     Aggregate, Family, Form, Parameter, ValueType, DP_QUANTILE, DP_QUANTILES, DP_QUANTILES_BIGINT,
-    DP_QUANTILES_INTEGER, DP_QUANTILES_SMALLINT, DP_QUANTILE_BIGINT, DP_QUANTILE_INTEGER,
-    DP_QUANTILE_SMALLINT,
+    DP_QUANTILES_INTEGER, DP_QUANTILES_NUMERIC, DP_QUANTILES_SMALLINT, DP_QUANTILE_BIGINT,
+    DP_QUANTILE_INTEGER, DP_QUANTILE_NUMERIC, DP_QUANTILE_SMALLINT,
 };
 use super::guc;
 use super::items::array_elements;
@@ -131,6 +131,8 @@ impl QuantileArguments {
 #[derive(Debug, Clone, Copy)]
 enum Locating {
     Float(Locator),
+    /// numeric datums (pointers), converted without error, on the float grid.
+    Numeric(Locator),
     Smallint(IntegerGrid),
     Integer(IntegerGrid),
     Bigint(IntegerGrid),
@@ -153,6 +155,7 @@ impl QuantileState {
             ContextAllocator::new(memory)
         });
         let locating = match (parameters.grid, parameters.value_type) {
+            (ValueGrid::Float(grid), ValueType::Numeric) => Locating::Numeric(grid.locator()),
             (ValueGrid::Float(grid), _) => Locating::Float(grid.locator()),
             (ValueGrid::Integer(grid), ValueType::Smallint) => Locating::Smallint(grid),
             (ValueGrid::Integer(grid), ValueType::Integer) => Locating::Integer(grid),
@@ -195,7 +198,9 @@ impl State for QuantileState {
             at.hi.expect("every quantile form has hi"),
         );
         let bounds = match value_type {
-            ValueType::Float => Bounds::Float(source.float(lo)?, source.float(hi)?),
+            ValueType::Float | ValueType::Numeric => {
+                Bounds::Float(source.float(lo)?, source.float(hi)?)
+            }
             _ => Bounds::Integer(source.bigint(lo)?, source.bigint(hi)?),
         };
         Some(QuantileArguments {
@@ -263,6 +268,14 @@ impl State for QuantileState {
         let place = match self.locating {
             Locating::Float(locator) => {
                 let value = f64::from_bits(value.value() as u64);
+                if value.is_nan() {
+                    return;
+                }
+                locator.locate(value)
+            }
+            Locating::Numeric(locator) => {
+                // SAFETY: a non-NULL numeric argument of the transition call.
+                let value = unsafe { numeric_to_f64(value) };
                 if value.is_nan() {
                     return;
                 }
@@ -342,6 +355,8 @@ quantile_transitions! {
     dp_quantiles_integer_trans, pg_finfo_dp_quantiles_integer_trans, DP_QUANTILES_INTEGER;
     dp_quantile_bigint_trans, pg_finfo_dp_quantile_bigint_trans, DP_QUANTILE_BIGINT;
     dp_quantiles_bigint_trans, pg_finfo_dp_quantiles_bigint_trans, DP_QUANTILES_BIGINT;
+    dp_quantile_numeric_trans, pg_finfo_dp_quantile_numeric_trans, DP_QUANTILE_NUMERIC;
+    dp_quantiles_numeric_trans, pg_finfo_dp_quantiles_numeric_trans, DP_QUANTILES_NUMERIC;
 }
 
 /// The grid and the answers (grid indices, one per alpha, in the order of the alphas) of
@@ -415,6 +430,36 @@ macro_rules! integer_from_grid {
 }
 
 integer_from_grid!(i16, i32, i64);
+
+/// numeric answers: the float grid point, converted by PostgreSQL's own cast (float8 to
+/// numeric: 15 significant digits), so that they read as the double precision answers do.
+impl FromGrid for AnyNumeric {
+    fn from_grid(grid: ValueGrid, point: u32) -> Self {
+        let point = f64::from_grid(grid, point);
+        // SAFETY: float8_numeric takes a float8 by value and returns a numeric in the
+        // current memory context; a grid point is finite, so it does not fail.
+        unsafe {
+            pgrx::direct_function_call::<AnyNumeric>(pg_sys::float8_numeric, &[point.into_datum()])
+        }
+        .expect("a numeric for a float8")
+    }
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantile_numeric_final(
+    state: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<AnyNumeric> {
+    AnyNumeric::one(answers(&state, fcinfo, &DP_QUANTILE_NUMERIC))
+}
+
+#[pg_extern(parallel_safe)]
+fn dp_quantiles_numeric_final(
+    state: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<Vec<AnyNumeric>> {
+    AnyNumeric::many(answers(&state, fcinfo, &DP_QUANTILES_NUMERIC))
+}
 
 #[pg_extern(parallel_safe)]
 fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
@@ -572,6 +617,47 @@ mod tests {
             "SELECT dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_draws GROUP BY g",
             0.5,
             1.0,
+        );
+    }
+
+    /// numeric values follow the float law on the same grid, and values beyond double
+    /// precision's range clamp like ±∞ instead of failing the cast (issue 19, part 2):
+    /// 1e400 counts at hi, -1e400 at lo, as ±Infinity do for float8.
+    #[pg_test]
+    fn quantile_of_numeric_values_clamps_and_answers_in_numeric() {
+        grid_table();
+        run(&[
+            "CREATE TABLE grid_numeric AS SELECT g, CASE WHEN v = 'Infinity' THEN 1e400
+                 WHEN v = '-Infinity' THEN -1e400 ELSE v::numeric END AS v FROM grid_draws",
+        ]);
+        check(
+            "SELECT dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_numeric GROUP BY g",
+            0.5,
+            1.0,
+        );
+        // Tiny and huge values, in a group of their own: no error, whatever the group.
+        run(&["INSERT INTO grid_numeric VALUES (-1, 1e-400), (-1, -1e-400), (-2, 1e400), (-2, -1e131000)"]);
+        assert_eq!(
+            column("SELECT count(*)::text FROM (SELECT g, dp_quantile(v, 0.5, 0, 20, 1.0) FROM grid_numeric GROUP BY g) q"),
+            [(DRAWS + 2).to_string()]
+        );
+        // The type: numeric for numeric values, double precision for README's calls.
+        run(&["CREATE TABLE typed_values AS SELECT 40 AS age, 3.5::numeric AS price, 2.5::float8 AS f"]);
+        assert_eq!(
+            column(
+                "SELECT pg_typeof(dp_quantile(price, 0.5, 0, 100, 1.0))::text FROM typed_values
+                 UNION ALL SELECT pg_typeof(dp_quantiles(price, '{0.5}', 0, 100, 1.0))::text FROM typed_values
+                 UNION ALL SELECT pg_typeof(dp_quantile(age, 0.5, 0.0, 100.0, 1.0))::text FROM typed_values
+                 UNION ALL SELECT pg_typeof(dp_quantile(age, 0.5, 0, 100, 1.0))::text FROM typed_values
+                 UNION ALL SELECT pg_typeof(dp_quantile(f, 0.5, 0, 100, 1.0))::text FROM typed_values"
+            ),
+            ["numeric", "numeric[]", "double precision", "integer", "double precision"]
+        );
+        // A numeric answer reads as the float one: the median 5 at ε = 1e6 on this grid
+        // (0, 0, 2, 2, 2.4, 4.6, 5, 9, 13, 13, 20, 20, 20 after clamping).
+        assert_eq!(
+            column("SELECT dp_quantile(v, 0.5, 0, 20, 1e6)::text FROM grid_numeric WHERE g = 1"),
+            ["5"]
         );
     }
 

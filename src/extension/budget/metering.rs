@@ -165,6 +165,7 @@ fn type_oid(value: ValueType) -> Oid {
         ValueType::Smallint => pg_sys::INT2OID,
         ValueType::Integer => pg_sys::INT4OID,
         ValueType::Bigint => pg_sys::INT8OID,
+        ValueType::Numeric => pg_sys::NUMERICOID,
     }
 }
 

@@ -1,0 +1,143 @@
+# The red team's side channels (issue 19), tried as a budgeted login role over TCP on a
+# cluster set up as README's DBA guide says (require_budget on, no REVOKE of any
+# statistics view). Each section failed on the code before its fix.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO"
+new_cluster side_channels "shared_preload_libraries = 'pg_exp_mech, pg_stat_statements'" \
+    "track_functions = 'all'" "pg_exp_mech.require_budget = on" "autovacuum = off"
+sql -f scripts/load_adult.sql
+sql <<'SQL'
+CREATE EXTENSION pg_stat_statements;
+CREATE ROLE analyst LOGIN PASSWORD 'analyst-password';
+SELECT dp_budget_set('analyst', 1000, 1e-3);
+CREATE INDEX adult_native_country_idx ON adult (native_country);
+-- A DBA's function under the aggregate: its calls are counted per row with track_functions.
+CREATE FUNCTION counted(x text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN RETURN true; END $$;
+CREATE VIEW v_country_part WITH (security_barrier) AS
+  SELECT native_country, dp_quantile(age, 0.5, 0, 100, 0.1) AS med
+    FROM adult WHERE counted(native_country) GROUP BY native_country HAVING dp_partition(0.1, 1e-6);
+CREATE VIEW v_cs WITH (security_barrier) AS
+  SELECT native_country, dp_quantile(age, 0.5, 0, 100, current_setting('dp.eps')::float8) AS med
+    FROM adult GROUP BY native_country HAVING dp_partition(0.1, 1e-6);
+CREATE VIEW v_cs_all WITH (security_barrier) AS
+  SELECT native_country, dp_quantile(age, 0.5, 0, 100, current_setting('dp.eps')::float8) AS med
+    FROM adult GROUP BY native_country;
+CREATE VIEW v_marital WITH (security_barrier) AS
+  SELECT dp_argmax(marital_status, 1, 0.1) AS most_common FROM adult;
+-- One salary beyond double precision's range, in department d3.
+CREATE TABLE salaries(dept text, pay numeric);
+INSERT INTO salaries SELECT 'd' || (i % 3), 1000 + i FROM generate_series(1, 300) i;
+INSERT INTO salaries VALUES ('d3', 1e400), ('d3', 2000), ('d4', 1e-400), ('d4', -1e400);
+CREATE VIEW v_pay WITH (security_barrier) AS
+  SELECT dept, dp_quantile(pay, 0.5, 0, 10000, 1) AS median FROM salaries GROUP BY dept;
+CREATE VIEW v_top_dept WITH (security_barrier) AS
+  SELECT dp_argmax(dept, pay, 1, 5000) AS dept FROM salaries;
+GRANT SELECT ON v_country_part, v_cs, v_cs_all, v_marital, v_pay, v_top_dept TO analyst;
+ALTER ROLE analyst SET dp.eps = '0.1';
+SQL
+analyst() { sql_as analyst analyst-password -v VERBOSITY=verbose "$@"; }
+spent() { sql -c "SELECT epsilon_spent FROM dp_budget WHERE role = 'analyst'::regrole"; }
+first_error() { grep -m1 -oP '^(psql:[^:]*:[0-9]+: )?ERROR:  \K[0-9A-Z]{5}: .*' || true; }
+
+echo "1. statistics counters do not count what a DP plan touched"
+INDEX_SCAN="SET enable_seqscan = off; SET enable_bitmapscan = off;"
+# Every per-transaction counter of the table and its index, read in the DP query's
+# transaction, for a key with 1 row, 13 rows and 0 rows (and one with 27,000).
+xact_counters() {
+    analyst -c "$INDEX_SCAN" -f - <<SQL
+BEGIN;
+SELECT count(*) FROM v_country_part WHERE native_country = '$1';
+SELECT concat_ws(' ', pg_stat_get_xact_numscans(r), pg_stat_get_xact_tuples_returned(r),
+         pg_stat_get_xact_tuples_fetched(r), pg_stat_get_xact_blocks_fetched(r),
+         pg_stat_get_xact_blocks_hit(r))
+  FROM unnest(ARRAY['adult'::regclass, 'adult_native_country_idx'::regclass]) r;
+SELECT coalesce(pg_stat_get_xact_function_calls('counted(text)'::regprocedure), 0);
+COMMIT;
+SQL
+}
+assert_contains "$(analyst -c "$INDEX_SCAN EXPLAIN (COSTS OFF) SELECT * FROM v_country_part WHERE native_country = 'Holand-Netherlands'")" \
+    "Index Scan using adult_native_country_idx" "the red team's plan"
+# (The first line, how many groups were released, is the answer.)
+quiet="$(xact_counters Holand-Netherlands | sed 1d)"
+for key in Holand-Netherlands Hungary Atlantis United-States; do
+    assert_eq "$(xact_counters "$key" | sed 1d)" "$quiet" "per-transaction counters after the key $key"
+done
+assert_eq "$(sed -n 1,2p <<<"$quiet" | tr '\n' ' ')" "0 0 0 0 0 0 0 0 0 0 " "the table's and the index's counters do not move"
+assert_eq "$(sed -n 3p <<<"$quiet")" "0" "the DBA's function under the aggregate: no calls counted"
+
+# Cumulative views (after the statistics are flushed) and the database's totals, as
+# differences over one DP query; temporary files of a grouped query that spills.
+flushed() {
+    analyst -c "$INDEX_SCAN" -c "SET work_mem = '64kB'" \
+        -c "SELECT count(*) FROM v_country_part WHERE native_country = '$1'" \
+        -c "SELECT count(*) FROM v_cs_all" -c "SELECT pg_stat_force_next_flush()" >/dev/null
+    sql -c "SELECT concat_ws(' ',
+        (SELECT concat_ws(' ', seq_scan, seq_tup_read, idx_scan, idx_tup_fetch) FROM pg_stat_user_tables WHERE relname = 'adult'),
+        (SELECT concat_ws(' ', idx_scan, idx_tup_read, idx_tup_fetch) FROM pg_stat_user_indexes WHERE indexrelname = 'adult_native_country_idx'),
+        (SELECT concat_ws(' ', heap_blks_read, heap_blks_hit, idx_blks_read, idx_blks_hit) FROM pg_statio_user_tables WHERE relname = 'adult'),
+        (SELECT concat_ws(' ', temp_files, temp_bytes) FROM pg_stat_database WHERE datname = current_database()))"
+}
+before="$(flushed Holand-Netherlands)"
+for key in Holand-Netherlands United-States; do
+    assert_eq "$(flushed "$key")" "$before" "pg_stat_user_tables, pg_stat_user_indexes, pg_statio_user_tables, pg_stat_database temp files after the key $key"
+done
+# pg_stat_database's tuple and block totals, read by the analyst around one DP query in
+# one fresh session: the same difference whatever the key.
+database() {
+    local totals="SELECT concat_ws(' ', tup_returned, tup_fetched, blks_read, blks_hit) FROM pg_stat_database WHERE datname = current_database()"
+    analyst -c "$INDEX_SCAN" -c "$totals" -c "SELECT count(*) FROM v_country_part WHERE native_country = '$1'" \
+        -c "SELECT pg_stat_force_next_flush()" -c "SELECT pg_stat_clear_snapshot()" -c "$totals" \
+        | awk 'NR == 1 { split($0, a, " ") } END { split($0, b, " "); print b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4] }'
+}
+database Holand-Netherlands >/dev/null
+rare="$(database Holand-Netherlands)"
+for key in Hungary United-States Holand-Netherlands; do
+    assert_eq "$(database "$key")" "$rare" "pg_stat_database's tuple and block totals over a DP query on the key $key"
+done
+# pg_stat_statements: no buffers, no temporary blocks for the DP statements.
+sql -c "SELECT pg_stat_statements_reset()" >/dev/null
+analyst -c "SET work_mem = '64kB'" -c "SELECT count(*) FROM v_cs_all" \
+    -c "SELECT count(*) FROM v_country_part WHERE native_country = 'United-States'" >/dev/null
+assert_eq "$(sql -c "SELECT count(*) || ' ' || sum(shared_blks_hit + shared_blks_read + temp_blks_written + local_blks_hit)
+                       FROM pg_stat_statements WHERE query LIKE '%FROM v_c%'")" "2 0" "pg_stat_statements"
+# A superuser (who can read the table anyway) is counted as before.
+sql -c "SELECT count(*) FROM v_country_part WHERE native_country = 'United-States'" -c "SELECT pg_stat_force_next_flush()" >/dev/null
+assert_eq "$(sql -c "SELECT (seq_scan + coalesce(idx_scan, 0)) > 0 FROM pg_stat_user_tables WHERE relname = 'adult'")" "t" "a superuser's scans are counted"
+
+echo "2. numeric values never raise an error"
+for filter in "" "WHERE dept = 'd3'" "WHERE dept = 'd4'" "WHERE dept = 'd9'"; do
+    out="$(analyst -c "SELECT dept, median, pg_typeof(median) FROM v_pay $filter" 2>&1)" || fail "numeric quantile $filter:\n$out"
+done
+assert_contains "$(analyst -c "SELECT pg_typeof(median) FROM v_pay WHERE dept = 'd1'")" "numeric" "numeric quantiles answer in numeric"
+out="$(analyst -c "SELECT * FROM v_top_dept" 2>&1)" || fail "numeric scores:\n$out"
+
+echo "3. a setting changed between groups: no error, whatever the hidden keys"
+for keys in "'Germany', 'Hungary'" "'Germany', 'Atlantis'" "'United-States', 'Mexico'"; do
+    for value in 0.2 abc; do
+        out="$(analyst -c "SET dp.eps = '0.1'" -c "SET enable_hashagg = off" \
+            -c "SELECT native_country, med, set_config('dp.eps', '$value', false) FROM v_cs WHERE native_country IN ($keys)" 2>&1)" \
+            || fail "set_config('dp.eps', '$value') between the groups $keys:\n$out"
+    done
+done
+assert_contains "$(analyst -c "SET dp.eps = '0.1'" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_cs")" "InitPlan" "epsilon, an init-plan"
+# The settings the aggregates read cannot change during a DP plan: refused at the first
+# row the plan outputs, before anything else can read them.
+for keys in "'Germany', 'Hungary'" "'Germany', 'Atlantis'"; do
+    out="$(analyst -c "SET dp.eps = '0.1'" -c "SET enable_hashagg = off" \
+        -c "SELECT native_country, set_config('pg_exp_mech.quantile_grid_size', '7', false) FROM v_cs_all WHERE native_country IN ($keys)" 2>&1 || true)"
+    assert_eq "$(first_error <<<"$out")" "55P02: invalid value for parameter \"pg_exp_mech.quantile_grid_size\": 7" "grid size changed during the plan ($keys)"
+    assert_contains "$out" "the aggregates read it once, when their plan starts" "the detail says why"
+done
+
+echo "4. a DP view in a recursive query is metered per loop, not an internal error"
+before="$(spent)"
+out="$(analyst -c "WITH RECURSIVE r(n, x) AS (SELECT 1, ''::text UNION ALL
+      SELECT n + 1, (SELECT most_common FROM v_marital WHERE n > 0) FROM r WHERE n < 4)
+    SELECT count(*), count(x) FROM r" 2>&1)" || fail "recursive CTE: $out"
+assert_eq "$out" "4|4" "the first row and three answers"
+assert_eq "$(sql -c "SELECT round(($(spent) - $before)::numeric, 6)")" "0.300000" "three loops of 0.1"
+
+echo "5. budgets name real roles"
+out="$(sql -v VERBOSITY=verbose -c "SELECT dp_budget_set(0::regrole, 1)" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "42704: role with OID 0 does not exist" "role oid 0"
+echo "side channels: ok"
