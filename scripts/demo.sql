@@ -48,10 +48,11 @@ SELECT dp_top_k(occupation, 1, 3, 1.0) AS private_top_3 FROM adult;
 \echo 'delta = 1e-6, k = 3). Countries of birth among people earning over 50K: United-States'
 \echo '7,171, Philippines 61, Germany 44, India 40, ... With k_bar = 3 only United-States clears'
 \echo 'the threshold (40 + 45); with k_bar = 20 it drops to 7 + 45 (the 21st country has 7):'
-SELECT k_bar,
-       dp_top_k_unknown_domain(native_country, 1, 3, 1.0, 1e-6, 1, k_bar) AS private_top_3
-  FROM adult, unnest(ARRAY[3, 20]) k_bar
- WHERE income = '>50K' GROUP BY k_bar ORDER BY k_bar;
+SELECT k_bar, private_top_3
+  FROM unnest(ARRAY[3, 20]) k_bar,
+       LATERAL (SELECT dp_top_k_unknown_domain(native_country, 1, 3, 1.0, 1e-6, 1, k_bar) AS private_top_3
+                  FROM adult WHERE income = '>50K') top
+ ORDER BY k_bar;
 
 \echo
 \echo '5. Private quartiles of age and hours per week, epsilon = 1 for the three together'
