@@ -85,6 +85,13 @@ done
 out="$(on "$STANDBY" "$STANDBY_PORT" -v VERBOSITY=verbose -c "SELECT dp_budget_set('analyst', 100)" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "25006: privacy budgets cannot be set on a standby, which cannot write the privacy ledger: run it on the primary" "dp_budget_set on the standby"
 assert_eq "$(as free "$STANDBY" "$STANDBY_PORT" -c 'SELECT * FROM top_status')" "Married-civ-spouse" "a role without a limit runs on the standby"
+# Under require_budget a role without a limit is refused there too, told why.
+on "$STANDBY" "$STANDBY_PORT" -c "ALTER SYSTEM SET pg_exp_mech.require_budget = on" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+out="$(as free "$STANDBY" "$STANDBY_PORT" -v VERBOSITY=verbose -c 'SELECT * FROM top_status' 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "25006: differentially private aggregates of role \"free\", which must have a privacy budget (pg_exp_mech.require_budget is on), cannot be charged on a standby, which cannot write the privacy ledger: run it on the primary" "require_budget on the standby"
+on "$STANDBY" "$STANDBY_PORT" -c "ALTER SYSTEM RESET pg_exp_mech.require_budget" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
 assert_eq "$(spent "$STANDBY" "$STANDBY_PORT" analyst)" "1" "nothing charged by the refusals"
 assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT" analyst)" "1" "nor on the primary"
 # dp_budget and dp_ledger read on a standby and from a parallel worker.

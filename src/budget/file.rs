@@ -17,6 +17,11 @@ use std::path::{Path, PathBuf};
 pub const LEDGER_DIRECTORY: &str = "pg_exp_mech";
 pub const LEDGER_PATH: &str = "pg_exp_mech/ledger";
 pub const SNAPSHOT_PATH: &str = "pg_exp_mech/snapshot";
+/// Where dropped archives are noted (dp_ledger_drop_archives), one line each.
+pub const DROPPED_PATH: &str = "pg_exp_mech/dropped";
+/// Archives of the ledger sit beside it as `ledger.<LSN>`: the ledger file as it stood
+/// when a snapshot covered all of it, named by the LSN of its last record.
+const ARCHIVE_PREFIX: &str = "ledger.";
 
 /// What a ledger file holds from some offset on.
 #[derive(Debug, Default, PartialEq)]
@@ -34,6 +39,8 @@ pub struct Contents {
 pub struct LedgerFile {
     path: PathBuf,
     appender: Option<File>,
+    /// The rotation the open appender belongs to (see [`LedgerFile::follow`]).
+    rotation: u64,
 }
 
 impl LedgerFile {
@@ -41,6 +48,17 @@ impl LedgerFile {
         Self {
             path: path.into(),
             appender: None,
+            rotation: 0,
+        }
+    }
+
+    /// After the `rotation`-th rotation the path names a new file: an appender opened
+    /// before it (on the archive, under its new name) is closed, and the next append
+    /// opens the new file.
+    pub fn follow(&mut self, rotation: u64) {
+        if self.rotation != rotation {
+            self.appender = None;
+            self.rotation = rotation;
         }
     }
 
@@ -144,6 +162,188 @@ impl LedgerFile {
             .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
             .map_err(|e| e.to_string())
     }
+}
+
+/// One archive of the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Archive {
+    /// Its file name, `ledger.<LSN>`.
+    pub name: String,
+    pub path: PathBuf,
+    /// The LSN of its last record: every record of the archive is at or before it.
+    pub through: u64,
+}
+
+/// The archive name of a ledger file whose last record is at `through`.
+pub fn archive_name(through: u64) -> String {
+    format!("{ARCHIVE_PREFIX}{through:016X}")
+}
+
+/// Renames the ledger file at `ledger` to its archive beside it and syncs the directory:
+/// the next append starts a new, empty file. Call it only once a snapshot covers every
+/// line of the file. Refuses to replace an archive of the same name.
+pub fn rotate(ledger: &Path, through: u64) -> Result<PathBuf, String> {
+    let directory = ledger.parent().unwrap_or(Path::new("."));
+    let archive = directory.join(archive_name(through));
+    if archive.exists() {
+        return Err(format!("{} exists already", archive.display()));
+    }
+    let at = |e: std::io::Error| format!("{}: {e}", ledger.display());
+    fs::rename(ledger, &archive).map_err(at)?;
+    File::open(directory)
+        .and_then(|directory| directory.sync_all())
+        .map_err(at)?;
+    Ok(archive)
+}
+
+/// The archives in `directory`, oldest first.
+pub fn archives(directory: &Path) -> Result<Vec<Archive>, String> {
+    let entries = match fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", directory.display())),
+    };
+    let mut archives = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", directory.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let through = name
+            .strip_prefix(ARCHIVE_PREFIX)
+            .filter(|hex| hex.len() == 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        if let Some(through) = through {
+            archives.push(Archive {
+                name,
+                path: entry.path(),
+                through,
+            });
+        }
+    }
+    archives.sort_by_key(|archive| archive.through);
+    Ok(archives)
+}
+
+/// An archive removed by dp_ledger_drop_archives: noted in [`DROPPED_PATH`], so that
+/// dp_ledger says where its history went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dropped {
+    /// When it was removed (PostgreSQL's microseconds since 2000).
+    pub time: i64,
+    pub name: String,
+    pub through: u64,
+}
+
+/// Notes `dropped` (synced), before its archive is removed.
+pub fn note_dropped(path: impl AsRef<Path>, dropped: &Dropped) -> Result<(), String> {
+    let path = path.as_ref();
+    let line = format!(
+        "dropped\t{}\t{}\t{}\n",
+        dropped.time,
+        dropped.name,
+        ledger::lsn_text(dropped.through)
+    );
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| {
+            file.write_all(line.as_bytes())
+                .and_then(|()| file.sync_data())
+        })
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Every archive noted as dropped, in the order they were.
+pub fn read_dropped(path: impl AsRef<Path>) -> Result<Vec<Dropped>, String> {
+    let path = path.as_ref();
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    complete_lines(&text)
+        .lines()
+        .map(|line| {
+            let dropped = match line.split('\t').collect::<Vec<_>>()[..] {
+                ["dropped", time, name, through] => time.parse().ok().and_then(|time| {
+                    Some(Dropped {
+                        time,
+                        name: name.into(),
+                        through: ledger::parse_lsn(through)?,
+                    })
+                }),
+                _ => None,
+            };
+            dropped.ok_or_else(|| {
+                format!(
+                    "{}: not a line of dropped archives: {line:?}",
+                    path.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// What start-up finds in the snapshot and the ledger lines after it.
+#[derive(Debug, PartialEq)]
+pub struct Loaded {
+    pub accounts: std::collections::BTreeMap<u32, super::ledger::Account>,
+    /// The LSN of the last record in the accounts.
+    pub through: u64,
+    /// The LSN of the ledger file's last line.
+    pub file_through: u64,
+    /// Where the file's last complete line ends.
+    pub file_length: u64,
+    /// Lines read after the snapshot.
+    pub lines: u64,
+    /// A torn last line was cut away.
+    pub torn: bool,
+    /// The snapshot's offset lies beyond the file (a rotation cut short by a crash, a
+    /// restored base backup): the file was read whole, and a new snapshot must replace
+    /// this one before the file grows past that offset.
+    pub stale_snapshot: bool,
+}
+
+/// Reads the snapshot at `snapshot` and the ledger at `ledger` for start-up. Lines are
+/// applied by LSN (those after the snapshot's), so reading more of the file than the
+/// snapshot's offset never counts a line twice.
+pub fn load(snapshot: &Path, ledger: &Path) -> Result<Loaded, String> {
+    let snapshot = read_snapshot(snapshot)?;
+    let file = LedgerFile::new(ledger);
+    let offset = snapshot.as_ref().map_or(0, |s| s.offset);
+    let mut contents = file.recover(offset)?;
+    let stale_snapshot = contents.complete < offset;
+    if stale_snapshot {
+        contents = file.recover(0)?;
+    }
+    let through = snapshot.as_ref().map(|s| s.through);
+    let mut accounts: std::collections::BTreeMap<u32, super::ledger::Account> = snapshot
+        .map(|s| s.accounts.into_iter().collect())
+        .unwrap_or_default();
+    ledger::replay_onto(&mut accounts, &contents.records, through);
+    // The newest record of the file: among the lines just read, or, when none follow
+    // the snapshot, the file's last line (a line from before the WAL-logged ledger has
+    // no LSN: 0), or the last archive's (a file just rotated is empty): replay appends
+    // only records after it, so that none is both archived and in the new file.
+    let newest = match contents.records.iter().map(|entry| entry.lsn).max() {
+        Some(newest) => newest,
+        None => file.last_entry()?.map_or(0, |entry| entry.lsn),
+    };
+    let directory = ledger.parent().unwrap_or(Path::new("."));
+    let archived = archives(directory)?
+        .last()
+        .map_or(0, |archive| archive.through);
+    let file_through = newest.max(archived);
+    Ok(Loaded {
+        accounts,
+        through: through.unwrap_or(0).max(file_through),
+        file_through,
+        file_length: contents.complete,
+        lines: contents.records.len() as u64,
+        torn: contents.torn > 0,
+        stale_snapshot,
+    })
 }
 
 /// The snapshot at `path`, if there is one.
@@ -286,6 +486,137 @@ mod tests {
             whole,
             "recover truncates the torn line"
         );
+        fs::remove_dir_all(directory).unwrap();
+    }
+
+    fn charge_at(lsn: u64, role: u32) -> Entry {
+        Entry {
+            lsn,
+            ..charge(role)
+        }
+    }
+
+    /// A ledger of `lines` charges (LSNs 1..=lines) and a snapshot that covers it.
+    fn ledger_with_snapshot(directory: &Path, lines: u64) -> (PathBuf, PathBuf, Vec<Entry>) {
+        let (ledger, snapshot) = (directory.join("ledger"), directory.join("snapshot"));
+        let entries: Vec<Entry> = (1..=lines)
+            .map(|lsn| charge_at(lsn, lsn as u32 % 3))
+            .collect();
+        let mut file = LedgerFile::new(&ledger);
+        file.recover(0).unwrap();
+        let text: String = entries.iter().map(Entry::line).collect();
+        file.append(&text, true).unwrap();
+        write_snapshot(
+            &snapshot,
+            &Snapshot {
+                through: lines,
+                offset: text.len() as u64,
+                accounts: ledger::replay(&entries).into_iter().collect(),
+            },
+        )
+        .unwrap();
+        (ledger, snapshot, entries)
+    }
+
+    #[test]
+    fn a_rotation_keeps_every_account_through_a_crash_at_any_step() {
+        let later: Vec<Entry> = (6..=8).map(|lsn| charge_at(lsn, 7)).collect();
+        let later_text: String = later.iter().map(Entry::line).collect();
+        // Each step a crash can stop the rotation at, then the lines written after it.
+        for step in [
+            "before the rename",
+            "after the rename",
+            "after the new snapshot",
+        ] {
+            let directory = scratch(&format!("rotation-{}", step.replace(' ', "-")));
+            fs::create_dir_all(&directory).unwrap();
+            let (ledger, snapshot, mut entries) = ledger_with_snapshot(&directory, 5);
+            if step != "before the rename" {
+                assert_eq!(
+                    rotate(&ledger, 5).unwrap(),
+                    directory.join("ledger.0000000000000005")
+                );
+                assert!(rotate(&ledger, 5).is_err(), "never over an archive");
+            }
+            if step == "after the new snapshot" {
+                let mut covered = read_snapshot(&snapshot).unwrap().unwrap();
+                covered.offset = 0;
+                write_snapshot(&snapshot, &covered).unwrap();
+            }
+            let loaded = load(&snapshot, &ledger).unwrap();
+            assert_eq!(loaded.accounts, ledger::replay(&entries), "{step}");
+            assert_eq!((loaded.through, loaded.file_through), (5, 5), "{step}");
+            assert_eq!(loaded.stale_snapshot, step == "after the rename", "{step}");
+            // The server goes on: a stale snapshot is replaced at once (as start-up
+            // does), then lines are appended and the next start-up counts each once.
+            if loaded.stale_snapshot {
+                write_snapshot(
+                    &snapshot,
+                    &Snapshot {
+                        through: loaded.through,
+                        offset: loaded.file_length,
+                        accounts: loaded.accounts.clone().into_iter().collect(),
+                    },
+                )
+                .unwrap();
+            }
+            LedgerFile::new(&ledger).append(&later_text, true).unwrap();
+            entries.extend(later.iter().cloned());
+            let again = load(&snapshot, &ledger).unwrap();
+            assert_eq!(
+                again.accounts,
+                ledger::replay(&entries),
+                "{step}, then 3 lines"
+            );
+            assert_eq!((again.through, again.lines), (8, 3), "{step}");
+            assert!(!again.stale_snapshot);
+            // The archive keeps the first five lines, once.
+            let archived = archives(&directory).unwrap();
+            if step == "before the rename" {
+                assert!(archived.is_empty());
+            } else {
+                assert_eq!(archived.len(), 1);
+                assert_eq!(archived[0].through, 5);
+                assert_eq!(
+                    LedgerFile::new(&archived[0].path)
+                        .read()
+                        .unwrap()
+                        .records
+                        .len(),
+                    5
+                );
+            }
+            fs::remove_dir_all(directory).unwrap();
+        }
+    }
+
+    #[test]
+    fn archives_are_listed_oldest_first_and_drops_are_noted() {
+        let directory = scratch("archives");
+        fs::create_dir_all(&directory).unwrap();
+        for through in [0x2_0000_0000u64, 0x10, 0xff] {
+            fs::write(directory.join(archive_name(through)), "").unwrap();
+        }
+        fs::write(directory.join("ledger.new"), "").unwrap();
+        fs::write(directory.join("ledger"), "").unwrap();
+        let listed: Vec<u64> = archives(&directory)
+            .unwrap()
+            .iter()
+            .map(|a| a.through)
+            .collect();
+        assert_eq!(listed, [0x10, 0xff, 0x2_0000_0000]);
+        let dropped = directory.join("dropped");
+        assert_eq!(read_dropped(&dropped).unwrap(), []);
+        let note = Dropped {
+            time: 42,
+            name: archive_name(0x10),
+            through: 0x10,
+        };
+        note_dropped(&dropped, &note).unwrap();
+        note_dropped(&dropped, &note).unwrap();
+        assert_eq!(read_dropped(&dropped).unwrap(), [note.clone(), note]);
+        fs::write(&dropped, "dropped\tx\n").unwrap();
+        assert!(read_dropped(&dropped).is_err());
         fs::remove_dir_all(directory).unwrap();
     }
 

@@ -142,6 +142,14 @@ impl Record {
         }
     }
 
+    /// When it was written (a timestamp in PostgreSQL's microseconds since 2000).
+    pub fn time(&self) -> i64 {
+        match self {
+            Record::Limit(limit) => limit.time,
+            Record::Charge(charge) => charge.time,
+        }
+    }
+
     pub fn role(&self) -> u32 {
         match self {
             Record::Limit(Limit { role, .. }) | Record::Charge(Charge { role, .. }) => *role,

@@ -15,6 +15,8 @@ static SEED: GucSetting<i32> = GucSetting::<i32>::new(NO_SEED);
 static REQUIRE_BUDGET: GucSetting<bool> = GucSetting::<bool>::new(false);
 static MAX_ROLES: GucSetting<i32> = GucSetting::<i32>::new(4096);
 static LEDGER_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(100_000);
+/// In kB: 64 MB, about 1.2 million charges.
+static LEDGER_ROTATION_SIZE: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
 
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
@@ -100,6 +102,17 @@ pub fn register() {
         i32::MAX,
         GucContext::Sighup,
         GucFlags::default(),
+    );
+    // The ledger file is archived once a snapshot covers it and it has reached this size.
+    GucRegistry::define_int_guc(
+        c"pg_exp_mech.ledger_rotation_size",
+        c"Size at which the privacy ledger file is archived and a new one started (-1: never).",
+        c"Checked when a snapshot is written (pg_exp_mech.ledger_snapshot_interval): a file of this size or more becomes pg_exp_mech/ledger.<LSN>, kept until dp_ledger_drop_archives removes it. dp_ledger reads the archives too.",
+        &LEDGER_ROTATION_SIZE,
+        -1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_KB,
     );
     // The settings the aggregates read (below) may not change while a plan with DP
     // aggregates runs: its groups would read different values, and what a later group
@@ -202,6 +215,13 @@ pub fn max_roles() -> usize {
 /// Ledger lines between two snapshots of the accounts.
 pub fn ledger_snapshot_interval() -> u64 {
     LEDGER_SNAPSHOT_INTERVAL.get() as u64
+}
+
+/// The ledger file's size, in bytes, from which it is archived (None: never).
+pub fn ledger_rotation_size() -> Option<u64> {
+    u64::try_from(LEDGER_ROTATION_SIZE.get())
+        .ok()
+        .map(|kb| kb * 1024)
 }
 
 /// How dp_quantiles divides ε.

@@ -4,7 +4,7 @@
 
 use super::wal;
 use crate::budget::accounts::{Accounts, Refusal, Slot};
-use crate::budget::file::{read_snapshot, write_snapshot, LedgerFile, LEDGER_PATH, SNAPSHOT_PATH};
+use crate::budget::file::{self, write_snapshot, LedgerFile, LEDGER_PATH, SNAPSHOT_PATH};
 use crate::budget::ledger::{self, Entry, Record};
 use crate::budget::snapshot::Snapshot;
 use crate::extension::guc;
@@ -26,6 +26,11 @@ pub struct Position {
     file_length: u64,
     /// Lines written since the last snapshot.
     since_snapshot: u64,
+    /// Rotations since start-up: each process reopens the file after one.
+    rotations: u64,
+    /// The snapshot on disk covers more of the file than there is: replace it before
+    /// the file grows (see `file::load`).
+    stale_snapshot: bool,
 }
 
 impl Position {
@@ -284,35 +289,17 @@ fn load_ledger() {
 /// whether a torn last line was cut away.
 fn read_ledger() -> Result<LedgerRead, String> {
     let started = std::time::Instant::now();
-    let snapshot = read_snapshot(SNAPSHOT_PATH)?;
-    let file = LedgerFile::new(LEDGER_PATH);
-    let offset = snapshot.as_ref().map_or(0, |s| s.offset);
-    let mut contents = file.recover(offset)?;
-    if contents.complete < offset {
-        // A restored base backup can hold a file copied before the snapshot was: the
-        // snapshot has those accounts, and WAL replay appends the lines it lacks.
-        contents = file.recover(0)?;
-    }
-    let through = snapshot.as_ref().map(|s| s.through);
-    let mut accounts: BTreeMap<u32, ledger::Account> = snapshot
-        .map(|s| s.accounts.into_iter().collect())
-        .unwrap_or_default();
-    ledger::replay_onto(&mut accounts, &contents.records, through);
-    // The newest record of the file: among the lines just read, or, when none follow
-    // the snapshot, the file's last line (a line from before the WAL-logged ledger has
-    // no LSN: 0).
-    let file_through = match contents.records.iter().map(|entry| entry.lsn).max() {
-        Some(newest) => newest,
-        None => file.last_entry()?.map_or(0, |entry| entry.lsn),
-    };
+    let loaded = file::load(SNAPSHOT_PATH.as_ref(), LEDGER_PATH.as_ref())?;
     let position = Position {
-        through: through.unwrap_or(0).max(file_through),
-        file_through,
-        file_length: contents.complete,
-        since_snapshot: contents.records.len() as u64,
+        through: loaded.through,
+        file_through: loaded.file_through,
+        file_length: loaded.file_length,
+        since_snapshot: loaded.lines,
+        rotations: 0,
+        stale_snapshot: loaded.stale_snapshot,
     };
     let milliseconds = started.elapsed().as_secs_f64() * 1e3;
-    Ok((accounts, position, contents.torn > 0, milliseconds))
+    Ok((loaded.accounts, position, loaded.torn, milliseconds))
 }
 
 /// Writes a snapshot once enough lines were written since the last one, so that start-up
@@ -321,19 +308,56 @@ fn read_ledger() -> Result<LedgerRead, String> {
 fn snapshot_if_due(shared: &mut SharedAccounts) {
     // A table that is unreadable or overflowed misses accounts: a snapshot of it would
     // make the next start-up skip the lines that hold them.
-    if shared.position.since_snapshot < guc::ledger_snapshot_interval()
+    if (shared.position.since_snapshot < guc::ledger_snapshot_interval()
+        && !shared.position.stale_snapshot)
         || shared.accounts.unavailable().is_some()
     {
         return;
     }
+    shared.position.since_snapshot = 0;
+    if !write_current_snapshot(shared) {
+        return;
+    }
+    shared.position.stale_snapshot = false;
+    // Rotation: once a snapshot covers the whole file and the file has reached
+    // pg_exp_mech.ledger_rotation_size, the file becomes an archive and a new one starts
+    // (start-up reads only the snapshot and the new file; dp_ledger reads the archives
+    // too). A crash between the rename and the new snapshot leaves the old snapshot,
+    // whose offset then lies beyond the new file: start-up reads that file whole and
+    // replaces the snapshot (file::load).
+    let limit = guc::ledger_rotation_size();
+    if limit.is_none_or(|bytes| shared.position.file_length < bytes) {
+        return;
+    }
+    match file::rotate(LEDGER_PATH.as_ref(), shared.position.file_through) {
+        Ok(archive) => {
+            shared.position.file_length = 0;
+            shared.position.rotations += 1;
+            log!(
+                "pg_exp_mech: the privacy ledger reached {} kB and is archived in {}",
+                limit.unwrap_or_default() / 1024,
+                archive.display()
+            );
+            write_current_snapshot(shared);
+        }
+        Err(reason) => warning!("pg_exp_mech: could not rotate the privacy ledger: {reason}"),
+    }
+}
+
+/// Writes the snapshot of the accounts as they stand; whether it was written (a failure
+/// only delays the next one).
+fn write_current_snapshot(shared: &SharedAccounts) -> bool {
     let snapshot = Snapshot {
         through: shared.position.through,
         offset: shared.position.file_length,
         accounts: shared.accounts.iter().collect(),
     };
-    shared.position.since_snapshot = 0;
-    if let Err(reason) = write_snapshot(SNAPSHOT_PATH, &snapshot) {
-        warning!("pg_exp_mech: could not write the snapshot of the privacy accounts: {reason}");
+    match write_snapshot(SNAPSHOT_PATH, &snapshot) {
+        Ok(()) => true,
+        Err(reason) => {
+            warning!("pg_exp_mech: could not write the snapshot of the privacy accounts: {reason}");
+            false
+        }
     }
 }
 
@@ -374,7 +398,11 @@ impl Drop for CriticalSection {
 /// the ledger file (fsynced with `durable`: a limit is at stake). Fails only before
 /// anything is written; the caller applies the records to the accounts after.
 fn write(position: &mut Position, records: &[Record], durable: bool) -> Result<(), String> {
-    LEDGER.with(|file| file.borrow_mut().open())?;
+    LEDGER.with(|file| {
+        let mut file = file.borrow_mut();
+        file.follow(position.rotations);
+        file.open()
+    })?;
     let section = CriticalSection::enter();
     let lsn = wal::insert(records);
     // Always flushed before its line exists: a line whose record a crash lost would
@@ -452,7 +480,12 @@ pub fn apply_replayed(entries: &[Entry]) {
             Record::Charge(charge) => accounts.get(charge.role).is_some_and(|a| a.limit.is_some()),
         });
         let lines: String = entries.iter().map(Entry::line).collect();
-        if let Err(reason) = LEDGER.with(|file| file.borrow_mut().append(&lines, durable)) {
+        let appended = LEDGER.with(|file| {
+            let mut file = file.borrow_mut();
+            file.follow(position.rotations);
+            file.append(&lines, durable)
+        });
+        if let Err(reason) = appended {
             error!(
                 "pg_exp_mech: could not append a replayed record to the privacy ledger: {reason}"
             );

@@ -5,7 +5,7 @@ use super::charge::{now, role_name, session_role};
 use super::shared::{self, preloaded, ACCOUNTS};
 use super::wal::in_recovery;
 use crate::budget::accounts::Refusal;
-use crate::budget::file::{LedgerFile, LEDGER_PATH};
+use crate::budget::file::{self, LedgerFile, DROPPED_PATH, LEDGER_DIRECTORY, LEDGER_PATH};
 use crate::budget::ledger::{lsn_text, Budget, Charge, Entry, Limit, Record, DELTA, EPSILON};
 use crate::error::Error;
 use crate::extension::{raise, OrRaise};
@@ -208,7 +208,29 @@ fn dp_budget_accounts(
     TableIterator::new(rows)
 }
 
-/// The rows of the dp_ledger view: budget administrators only.
+/// What the ledger's files hold, or the error that says why they cannot be read.
+fn readable<T>(result: Result<T, String>) -> T {
+    result
+        .map_err(|reason| Error::LedgerRead { reason })
+        .or_raise()
+}
+
+/// A row of the dp_ledger view.
+type LedgerRow = (
+    TimestampWithTimeZone,
+    Option<Oid>,
+    String,
+    Option<f64>,
+    Option<f64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+/// The rows of the dp_ledger view, budget administrators only: the archives dropped (one
+/// row each, where their history went), then every line of each archive, oldest first,
+/// then the ledger file's; each says which file keeps it.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
 fn dp_ledger_entries(
@@ -217,13 +239,14 @@ fn dp_ledger_entries(
     'static,
     (
         name!(at, TimestampWithTimeZone),
-        name!(role, Oid),
+        name!(role, Option<Oid>),
         name!(kind, String),
         name!(epsilon, Option<f64>),
         name!(delta, Option<f64>),
         name!(aggregate, Option<String>),
         name!(statement, Option<String>),
         name!(lsn, Option<String>),
+        name!(file, String),
     ),
 > {
     // SAFETY: PostgreSQL's call info of this function.
@@ -233,52 +256,101 @@ fn dp_ledger_entries(
             role: role_name(unsafe { pg_sys::GetUserId() }.to_u32()),
         });
     }
-    // The reader of start-up replay: a malformed line is an error here too, never
-    // silently left out of what a DBA audits.
-    let contents = LedgerFile::new(LEDGER_PATH)
-        .read()
-        .map_err(|reason| Error::LedgerRead { reason })
-        .or_raise();
     let at =
         |time: i64| TimestampWithTimeZone::try_from(time).expect("a timestamp the ledger wrote");
-    let rows: Vec<_> = contents
-        .records
+    let mut rows: Vec<LedgerRow> = readable(file::read_dropped(DROPPED_PATH))
         .into_iter()
-        .map(|Entry { lsn, record }| {
+        .map(|dropped| {
+            (
+                at(dropped.time),
+                None,
+                "dropped".into(),
+                None,
+                None,
+                None,
+                None,
+                Some(lsn_text(dropped.through)),
+                format!("{LEDGER_DIRECTORY}/{}", dropped.name),
+            )
+        })
+        .collect();
+    let mut files: Vec<(String, std::path::PathBuf)> =
+        readable(file::archives(LEDGER_DIRECTORY.as_ref()))
+            .into_iter()
+            .map(|archive| (format!("{LEDGER_DIRECTORY}/{}", archive.name), archive.path))
+            .collect();
+    files.push((LEDGER_PATH.into(), LEDGER_PATH.into()));
+    for (name, path) in files {
+        // The reader of start-up replay: a malformed line is an error here too, never
+        // silently left out of what a DBA audits.
+        let contents = readable(LedgerFile::new(path).read());
+        rows.extend(contents.records.into_iter().map(|Entry { lsn, record }| {
             // Lines from before the ledger was WAL-logged have no position.
             let lsn = (lsn != 0).then(|| lsn_text(lsn));
+            let (at, role) = (at(record.time()), Some(Oid::from(record.role())));
             match record {
-                Record::Limit(Limit { time, role, limit }) => (
-                    at(time),
-                    Oid::from(role),
+                Record::Limit(Limit { limit, .. }) => (
+                    at,
+                    role,
                     "limit".into(),
                     limit.map(|l| l.epsilon),
                     limit.map(|l| l.delta),
                     None,
                     None,
                     lsn,
+                    name.clone(),
                 ),
                 Record::Charge(Charge {
-                    time,
-                    role,
                     epsilon,
                     delta,
                     aggregate,
                     statement,
+                    ..
                 }) => (
-                    at(time),
-                    Oid::from(role),
+                    at,
+                    role,
                     "charge".into(),
                     Some(epsilon),
                     Some(delta),
                     Some(aggregate),
                     Some(format!("{statement:016x}")),
                     lsn,
+                    name.clone(),
                 ),
             }
-        })
-        .collect();
+        }));
+    }
     TableIterator::new(rows)
+}
+
+/// Removes the ledger's archives whose last line is older than `older_than`, noting each
+/// first (dp_ledger shows a `dropped` row for it); how many were removed. Their charges
+/// stay in the accounts. Not executable by PUBLIC.
+#[pg_extern(volatile, parallel_unsafe)]
+fn dp_ledger_drop_archives(older_than: TimestampWithTimeZone) -> i32 {
+    require_preloaded();
+    let limit = i64::from(older_than);
+    let mut dropped = 0;
+    for archive in readable(file::archives(LEDGER_DIRECTORY.as_ref())) {
+        let last = readable(LedgerFile::new(&archive.path).last_entry());
+        if last.is_some_and(|entry| entry.record.time() >= limit) {
+            continue;
+        }
+        let note = file::Dropped {
+            time: now(),
+            name: archive.name.clone(),
+            through: archive.through,
+        };
+        file::note_dropped(DROPPED_PATH, &note)
+            .and_then(|()| {
+                std::fs::remove_file(&archive.path)
+                    .map_err(|e| format!("{}: {e}", archive.path.display()))
+            })
+            .map_err(|reason| Error::LedgerWrite { reason })
+            .or_raise();
+        dropped += 1;
+    }
+    dropped
 }
 
 extension_sql!(
@@ -293,9 +365,10 @@ GRANT SELECT ON dp_budget TO PUBLIC;
 
 CREATE VIEW dp_ledger AS
 SELECT at, role::regrole AS role, kind, epsilon, delta, aggregate, statement,
-       lsn::pg_lsn AS lsn
+       lsn::pg_lsn AS lsn, file
   FROM dp_ledger_entries();
 GRANT SELECT ON dp_ledger TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION dp_ledger_drop_archives(timestamp with time zone) FROM PUBLIC;
 
 COMMENT ON FUNCTION dp_budget_set(regrole, double precision, double precision) IS
 'Sets the total epsilon, and the total delta (default 0: no (epsilon, delta) mechanism), a role may spend on differentially private aggregates (epsilon NULL: no limit); what it has spent is kept. Takes effect at once and is not undone by ROLLBACK. Not executable by PUBLIC: superusers, and roles granted EXECUTE (budget administrators). Needs pg_exp_mech in shared_preload_libraries.';
@@ -305,16 +378,19 @@ COMMENT ON FUNCTION dp_budget_accounts() IS
 'Rows of the view dp_budget: every role for a budget administrator, the session''s login role for anyone else.';
 COMMENT ON FUNCTION dp_ledger_entries() IS
 'Rows of the view dp_ledger, for budget administrators only.';
+COMMENT ON FUNCTION dp_ledger_drop_archives(timestamp with time zone) IS
+'Removes the archives of the privacy ledger (pg_exp_mech/ledger.<LSN>, made by pg_exp_mech.ledger_rotation_size) whose last line is older than the given time; returns how many. Each is noted first, and dp_ledger shows a dropped row for it; the charges stay in the accounts. Not executable by PUBLIC.';
 COMMENT ON VIEW dp_budget IS
 'Privacy budgets: limit, spent and remaining epsilon and delta per role (a role that is not a budget administrator sees its own row).';
 COMMENT ON VIEW dp_ledger IS
-'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement, and the WAL position of its record; a limit row gives the epsilon and delta limits). Budget administrators only; readable on standbys.';
+'The privacy ledger: every budget change and every charge (time, login role, epsilon, delta, aggregate, fingerprint of the statement, the WAL position of its record, and the file that keeps it: the ledger or one of its archives; a limit row gives the epsilon and delta limits), after a dropped row for each archive removed by dp_ledger_drop_archives (its last WAL position). Budget administrators only; readable on standbys.';
 "#,
     name = "budget_objects",
     requires = [
         dp_budget_set,
         dp_budget_remaining,
         dp_budget_accounts,
-        dp_ledger_entries
+        dp_ledger_entries,
+        dp_ledger_drop_archives
     ],
 );
