@@ -25,3 +25,36 @@ sql_as() {
     PGPASSWORD="$password" "$(pg_bindir)/psql" -X -qAt -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PORT" -U "$role" -d postgres "$@"
 }
+
+# Servers beside the test's own (standbys, restored copies). PRIMARY and PRIMARY_PORT
+# name the primary.
+# on DIR PORT [psql args...]: as the superuser on one server.
+on() { local dir="$1" port="$2"; shift 2; cluster_psql "$dir" "$port" -qAt "$@"; }
+# start DIR: starts the server whose data directory is DIR/data.
+start() { as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$1/data" -l "$1/server.log" -w start >/dev/null; }
+# make_standby DIR PORT [postgresql.conf lines...]: a base backup of the primary,
+# streaming from it.
+make_standby() {
+    local dir="$1" port="$2"; shift 2
+    stop_cluster "$dir"
+    as_root rm -rf "$dir"
+    mkdir -p "$dir"
+    chown postgres: "$dir"
+    as_owner "$(pg_bindir)/pg_basebackup" -h "$PRIMARY" -p "$PRIMARY_PORT" -U postgres \
+        -D "$dir/data" -R -X stream -c fast
+    {
+        echo "port = $port"
+        echo "unix_socket_directories = '$dir'"
+        for line in "$@"; do echo "$line"; done
+    } | as_owner tee -a "$dir/data/postgresql.conf" >/dev/null
+}
+# caught_up DIR PORT: waits until the server in DIR replayed everything the primary wrote.
+caught_up() {
+    local target
+    target="$(on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_current_wal_lsn()')"
+    for _ in $(seq 100); do
+        [ "$(on "$1" "$2" -c "SELECT pg_last_wal_replay_lsn() >= '$target'")" = t ] && return
+        sleep 0.1
+    done
+    fail "the server in $1 did not reach $target"
+}

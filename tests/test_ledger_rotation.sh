@@ -21,29 +21,11 @@ CREATE VIEW top_item WITH (security_barrier) AS SELECT dp_argmax(item, 1, 0.25) 
 GRANT SELECT ON top_item TO analyst;
 SELECT dp_budget_set('analyst', 100);
 SQL
-on() { local dir="$1" port="$2"; shift 2; cluster_psql "$dir" "$port" -qAt "$@"; }
 charges() { for _ in $(seq "$1"); do echo 'SELECT * FROM top_item;'; done | sql_as analyst analyst-password >/dev/null; }
 spent() { on "$1" "$2" -c "SELECT epsilon_spent FROM dp_budget WHERE role = 'analyst'::regrole"; }
 # Charge lines in dp_ledger, and how many distinct WAL positions they have.
 lines() { on "$1" "$2" -c "SELECT count(*) || ' ' || count(DISTINCT lsn) FROM dp_ledger WHERE kind = 'charge'"; }
 archives() { as_root find "$1/data/pg_exp_mech" -name 'ledger.*' | wc -l; }
-start() { as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$1/data" -l "$1/server.log" -w start >/dev/null; }
-base_backup() {
-    local dir="$1" port="$2"
-    stop_cluster "$dir"; as_root rm -rf "$dir"; mkdir -p "$dir"; chown postgres: "$dir"
-    as_owner "$(pg_bindir)/pg_basebackup" -h "$PRIMARY" -p "$PRIMARY_PORT" -U postgres \
-        -D "$dir/data" -R -X stream -c fast
-    printf "port = %s\nunix_socket_directories = '%s'\n" "$port" "$dir" | as_owner tee -a "$dir/data/postgresql.conf" >/dev/null
-}
-caught_up() {
-    local target
-    target="$(on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_current_wal_lsn()')"
-    for _ in $(seq 100); do
-        [ "$(on "$1" "$2" -c "SELECT pg_last_wal_replay_lsn() >= '$target'")" = t ] && return
-        sleep 0.1
-    done
-    fail "$1 did not reach $target"
-}
 
 echo "1. the ledger rotates; dp_ledger reads every line, from the archives and the file"
 charges 40
@@ -61,7 +43,7 @@ assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT")" "10" "after a crash"
 assert_eq "$(lines "$PRIMARY" "$PRIMARY_PORT")" "40 40" "every charge once after a crash"
 
 echo "3. a streaming standby rotates its own ledger and keeps the primary's accounts"
-base_backup "$STANDBY" "$STANDBY_PORT"
+make_standby "$STANDBY" "$STANDBY_PORT"
 start "$STANDBY"
 charges 20
 caught_up "$STANDBY" "$STANDBY_PORT"
@@ -75,7 +57,7 @@ assert_eq "$(spent "$STANDBY" "$STANDBY_PORT") $(lines "$STANDBY" "$STANDBY_PORT
 stop_cluster "$STANDBY"
 
 echo "4. point-in-time recovery across rotations gives the accounts at the target"
-base_backup "$COPY" "$COPY_PORT"
+make_standby "$COPY" "$COPY_PORT"
 as_owner rm -f "$COPY/data/standby.signal"
 charges 12
 target="$(on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_current_wal_lsn()')"

@@ -25,8 +25,6 @@ SELECT dp_budget_set('analyst', 2);
 SQL
 # first_error: "SQLSTATE: message" of the first error of a psql run.
 first_error() { grep -m1 -oP '^(psql:[^:]*:[0-9]+: )?ERROR:  \K[0-9A-Z]{5}: .*' || true; }
-# on DIR PORT [psql args...]: as the superuser on one server.
-on() { local dir="$1" port="$2"; shift 2; cluster_psql "$dir" "$port" -qAt "$@"; }
 # as ROLE DIR PORT [psql args...]: as ROLE (password = ROLE-password) over TCP.
 as() {
     local role="$1" port="$3"; shift 3
@@ -35,34 +33,6 @@ as() {
 }
 accounts() { on "$1" "$2" -c "SELECT role, epsilon_limit, epsilon_spent FROM dp_budget ORDER BY role::text"; }
 spent() { on "$1" "$2" -c "SELECT epsilon_spent FROM dp_budget WHERE role = '$3'::regrole"; }
-# make_standby DIR PORT [postgresql.conf lines...]: a base backup of the primary,
-# streaming from it.
-make_standby() {
-    local dir="$1" port="$2"; shift 2
-    stop_cluster "$dir"
-    as_root rm -rf "$dir"
-    mkdir -p "$dir"
-    chown postgres: "$dir"
-    as_owner "$(pg_bindir)/pg_basebackup" -h "$PRIMARY" -p "$PRIMARY_PORT" -U postgres \
-        -D "$dir/data" -R -X stream -c fast
-    {
-        echo "port = $port"
-        echo "unix_socket_directories = '$dir'"
-        for line in "$@"; do echo "$line"; done
-    } | as_owner tee -a "$dir/data/postgresql.conf" >/dev/null
-}
-start() { as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$1/data" -l "$1/server.log" -w start >/dev/null; }
-# caught_up DIR PORT: waits until the standby replayed everything the primary wrote.
-caught_up() {
-    local target
-    target="$(on "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT pg_current_wal_lsn()')"
-    for _ in $(seq 100); do
-        [ "$(on "$1" "$2" -c "SELECT pg_last_wal_replay_lsn() >= '$target'")" = t ] && return
-        sleep 0.1
-    done
-    fail "the standby in $1 did not reach $target"
-}
-
 echo "1. the standby starts from a base backup and follows the primary's limits and charges"
 as analyst "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null
 make_standby "$STANDBY" "$STANDBY_PORT"
