@@ -20,6 +20,7 @@
 
 use super::charge::session_is_budgeted;
 use super::metering::dp_aggregate;
+use super::statistics::count_again;
 use crate::error::Error;
 use crate::extension::raise;
 use pgrx::pg_sys;
@@ -130,6 +131,8 @@ unsafe extern "C-unwind" fn check_views_after_analysis(
     // SAFETY: PostgreSQL calls the hook with the parse state and query it just analysed;
     // the previous hook was set before ours and takes the same arguments.
     unsafe {
+        // A new statement: counting resumes if an abort turned it off (statistics.rs).
+        count_again();
         if let Some(previous) = PREVIOUS_POST_PARSE_ANALYZE {
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| previous(parse, query, jumble));
         }

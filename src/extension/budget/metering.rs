@@ -21,7 +21,7 @@
 //! run in a node this hook did not meter.
 
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
-use super::statistics::{is_silenced, Silence};
+use super::statistics::{count_again, is_silenced, Silence};
 use crate::error::Error;
 use crate::extension::aggregate::{Source, State};
 use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument};
@@ -215,6 +215,7 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // SAFETY: PostgreSQL calls the hook with a query descriptor ready to start; the
     // previous hook takes the same arguments.
     unsafe {
+        count_again();
         // A budgeted role's DP plan opens its relations uncounted (statistics.rs).
         let _silence = is_silenced(query).then(|| Silence::begin(query));
         match PREVIOUS_EXECUTOR_START {

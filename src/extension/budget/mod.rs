@@ -33,7 +33,7 @@ pub use charge::require_metered;
 pub use charge::session_is_budgeted;
 pub use metering::{dp_aggregate, dp_plan_running, install_metering, plan_arguments};
 pub use shared::init_shared_memory;
-pub use statistics::{install_statistics, Silence};
+pub use statistics::{count_again, install_statistics, Silence};
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]

@@ -17,6 +17,13 @@
 //!   statement (`queryDesc->totaltime`, which pg_stat_statements reads) are put back as
 //!   they were, so no diff shows them.
 //!
+//! Two paths run outside those steps and are covered too:
+//! - a parallel worker runs only the part of the plan under its Gather, which may hold no
+//!   DP aggregate: a budgeted role's workers are silenced whatever their part holds;
+//! - an error or a ROLLBACK skips the executor's end, and PostgreSQL closes (and reports)
+//!   the plan's temporary files while it cleans up the transaction: after a silenced plan,
+//!   counting stays off from the abort until the next statement starts.
+//!
 //! What still moves (README, side channels): timing, `pg_class` and planner estimates,
 //! the WAL position moved by hint bits, global counters such as `pg_stat_bgwriter`.
 
@@ -24,18 +31,31 @@ use super::charge::session_is_budgeted;
 use super::metering::dp_aggregate;
 use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgList};
+use std::cell::Cell;
 use std::ffi::c_void;
 
 static mut PREVIOUS_EXECUTOR_RUN: pg_sys::ExecutorRun_hook_type = None;
 static mut PREVIOUS_EXECUTOR_FINISH: pg_sys::ExecutorFinish_hook_type = None;
 static mut PREVIOUS_EXECUTOR_END: pg_sys::ExecutorEnd_hook_type = None;
 
+thread_local! {
+    /// A silenced plan started in this transaction (cleared at its end).
+    static SILENCED_IN_TRANSACTION: Cell<bool> = const { Cell::new(false) };
+    /// Counting was turned off at an abort, to be turned on again when the next
+    /// statement starts: (track_counts, track_functions, track_io_timing) to restore.
+    static OFF_SINCE_ABORT: Cell<Option<(bool, std::ffi::c_int, bool)>> = const { Cell::new(None) };
+}
+
 /// Installs the executor hooks that run a silenced statement's later steps (its start is
-/// silenced by the metering hook); called from _PG_init.
+/// silenced by the metering hook), and the transaction callbacks of an abort; called from
+/// _PG_init.
 pub fn install_statistics() {
     // SAFETY: _PG_init runs once per process, single-threaded, before any statement
-    // runs: nothing else reads or writes the hooks meanwhile.
+    // runs: nothing else reads or writes the hooks meanwhile. The callbacks live as long
+    // as the library.
     unsafe {
+        pg_sys::RegisterXactCallback(Some(transaction_ended), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(subtransaction_ended), std::ptr::null_mut());
         PREVIOUS_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
         pg_sys::ExecutorRun_hook = Some(silenced_run);
         PREVIOUS_EXECUTOR_FINISH = pg_sys::ExecutorFinish_hook;
@@ -93,6 +113,73 @@ unsafe extern "C-unwind" fn silenced_end(query: *mut pg_sys::QueryDesc) {
     }
 }
 
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn transaction_ended(
+    event: pg_sys::XactEvent::Type,
+    _argument: *mut c_void,
+) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => off_until_next_statement(),
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE => {
+            SILENCED_IN_TRANSACTION.with(|silenced| silenced.set(false));
+        }
+        _ => {}
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn subtransaction_ended(
+    event: pg_sys::SubXactEvent::Type,
+    _subtransaction: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _argument: *mut c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        off_until_next_statement();
+    }
+}
+
+/// At an abort after a silenced plan started in the transaction: PostgreSQL is about to
+/// close the plan's temporary files (reporting their sizes) and release its relations;
+/// nothing is counted until the next statement starts ([`count_again`]).
+fn off_until_next_statement() {
+    if !SILENCED_IN_TRANSACTION.with(|silenced| silenced.replace(false)) {
+        return;
+    }
+    // SAFETY: backend-local globals, read and written by this process only.
+    unsafe {
+        let saved = (
+            pg_sys::pgstat_track_counts,
+            pg_sys::pgstat_track_functions,
+            pg_sys::track_io_timing,
+        );
+        OFF_SINCE_ABORT.with(|off| {
+            if off.get().is_none() {
+                off.set(Some(saved));
+            }
+        });
+        pg_sys::pgstat_track_counts = false;
+        pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
+        pg_sys::track_io_timing = false;
+    }
+}
+
+/// Turns counting on again after [`off_until_next_statement`]: called when a statement
+/// is analysed, planned or started.
+pub fn count_again() {
+    if let Some((track_counts, track_functions, track_io_timing)) =
+        OFF_SINCE_ABORT.with(|off| off.take())
+    {
+        // SAFETY: as in off_until_next_statement.
+        unsafe {
+            pg_sys::pgstat_track_counts = track_counts;
+            pg_sys::pgstat_track_functions = track_functions;
+            pg_sys::track_io_timing = track_io_timing;
+        }
+    }
+}
+
 /// While alive, nothing is counted; dropped (also when an error unwinds), every counter
 /// and setting is put back.
 pub struct Silence {
@@ -113,6 +200,10 @@ impl Silence {
     /// # Safety
     /// `query` must be NULL or a valid query descriptor that outlives the guard.
     pub unsafe fn begin(query: *mut pg_sys::QueryDesc) -> Silence {
+        count_again();
+        if !query.is_null() {
+            SILENCED_IN_TRANSACTION.with(|silenced| silenced.set(true));
+        }
         // SAFETY: backend-local globals, read and written by this process only; the
         // query descriptor is valid, as the caller guarantees.
         unsafe {
@@ -163,12 +254,17 @@ unsafe fn totals(query: *mut pg_sys::QueryDesc) -> Option<*mut pg_sys::Instrumen
 }
 
 /// Whether the statement's steps run silenced: a budgeted role's plan with DP aggregates.
+/// A parallel worker's plan is only the part under its Gather, which may hold no DP
+/// aggregate while the leader's does: every plan of a budgeted role's workers is.
 ///
 /// # Safety
 /// `query` must be a valid query descriptor.
 pub unsafe fn is_silenced(query: *mut pg_sys::QueryDesc) -> bool {
     // SAFETY: a query descriptor's planned statement, as the caller guarantees.
-    unsafe { holds_dp_aggregates((*query).plannedstmt) && session_is_budgeted() }
+    unsafe {
+        (pg_sys::ParallelWorkerNumber >= 0 || holds_dp_aggregates((*query).plannedstmt))
+            && session_is_budgeted()
+    }
 }
 
 /// Opens every relation and index a plan reads as the executor does, while counting is

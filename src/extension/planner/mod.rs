@@ -8,7 +8,7 @@
 
 mod parameters;
 
-use crate::extension::budget::{session_is_budgeted, Silence};
+use crate::extension::budget::{count_again, session_is_budgeted, Silence};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -34,6 +34,7 @@ unsafe extern "C-unwind" fn plan_query(
     // SAFETY: PostgreSQL calls the hook with a rewritten query that the planner may
     // scribble on (plancache hands it a copy); the previous hook takes the same arguments.
     unsafe {
+        count_again();
         let dp = parameters::evaluate_once_per_loop(parse);
         // Planning may read the data (the planner reads an index's extremes to estimate
         // a range): not counted for a budgeted role's DP statement (statistics.rs).
