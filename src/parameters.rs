@@ -142,34 +142,6 @@ pub fn integer_bounds(
     Ok((lo, hi))
 }
 
-/// A parameter must keep the value it had on the first row of the aggregate.
-///
-/// Compared bit for bit, so that NaN on a later row is reported too.
-#[inline]
-pub fn unchanged(name: &'static str, first: f64, now: Option<f64>) -> Result<(), Error> {
-    match now {
-        Some(v) if v.to_bits() == first.to_bits() => Ok(()),
-        _ => Err(Error::ParameterChanged {
-            name,
-            first: format_number(Some(first)),
-            now: format_number(now),
-        }),
-    }
-}
-
-/// An integer parameter must keep the value it had on the first row.
-#[inline]
-pub fn unchanged_integer(name: &'static str, first: i64, now: Option<i64>) -> Result<(), Error> {
-    match now {
-        Some(v) if v == first => Ok(()),
-        _ => Err(Error::ParameterChanged {
-            name,
-            first: first.to_string(),
-            now: now.map_or("NULL".into(), |v| v.to_string()),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,10 +224,6 @@ mod tests {
             k_bar(Some(4), 5).unwrap_err().to_string(),
             "k_bar must be at least k (5), got 4"
         );
-        assert_eq!(
-            unchanged_integer("k", 3, Some(4)).unwrap_err().to_string(),
-            "k must be the same on every row of an aggregate, got 3 and then 4"
-        );
     }
 
     #[test]
@@ -279,17 +247,5 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("max_score"));
-    }
-
-    #[test]
-    fn a_changed_parameter_names_both_values() {
-        assert_eq!(unchanged("epsilon", 1.0, Some(1.0)), Ok(()));
-        let err = unchanged("epsilon", 1.0, Some(2.0)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "epsilon must be the same on every row of an aggregate, got 1 and then 2"
-        );
-        assert!(unchanged("max_score", 1.0, None).is_err());
-        assert!(unchanged("max_score", 1.0, Some(f64::NAN)).is_err());
     }
 }

@@ -82,9 +82,6 @@ pub trait State: Sized {
         memory: MemoryContext,
     ) -> Result<Option<Self>, Error>;
 
-    /// Later rows must pass the parameters of the first.
-    fn check_row(&self, arguments: &Self::Arguments) -> Result<(), Error>;
-
     /// Adds the values of one row.
     ///
     /// # Safety
@@ -119,14 +116,16 @@ pub unsafe fn transition<S: State>(
 ) -> Datum {
     // SAFETY: the caller passes the transition function's own call info.
     let call = unsafe { CallArguments::new(fcinfo) };
-    let form = aggregate.form(call.count() - 1);
-    let arguments = S::read(form, &Row(&call)).expect("a row knows its arguments");
     let mut state = Internal::from(call.datum(0));
+    // Later rows are not read for parameters: the metering hook refused, before any row,
+    // every parameter that could differ between the rows of a loop (metering.rs, cost),
+    // and a node it did not meter answers nothing (final_state). So a row costs its
+    // values only.
     // SAFETY: the state argument is NULL or the state this function returned before,
     // of type S (each aggregate has one state family).
-    if let Some(existing) = unsafe { state.get::<S>() } {
-        existing.check_row(&arguments).or_raise();
-    } else {
+    if unsafe { state.get::<S>() }.is_none() {
+        let form = aggregate.form(call.count() - 1);
+        let arguments = S::read(form, &Row(&call)).expect("a row knows its arguments");
         // SAFETY: as above; the new state lives in the aggregate's memory context.
         unsafe {
             let memory = aggregate_memory(fcinfo, S::TRANSITION);

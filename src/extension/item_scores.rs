@@ -4,7 +4,7 @@
 //! aggregate.rs's, shared with the quantile state.
 
 use super::aggregate::{self, final_state, Source, State};
-use super::arguments::{numeric_to_f64, return_datum, Argument, ArrayArgument, CallArguments};
+use super::arguments::{numeric_to_f64, return_datum, Argument, CallArguments};
 use super::forms::{Aggregate, Form};
 use super::items::ItemType;
 use super::memory::ContextAllocator;
@@ -62,20 +62,6 @@ impl SelectionArguments {
             k_bar,
         })
     }
-
-    #[inline]
-    fn check_unchanged(&self, first: &Selection) -> Result<(), Error> {
-        parameters::unchanged("epsilon", first.epsilon, self.epsilon)?;
-        parameters::unchanged("max_score", first.max_score, self.max_score)?;
-        parameters::unchanged_integer("k", first.k as i64, self.k.map(i64::from))?;
-        if let (Some(first), Some(now)) = (first.delta, self.delta) {
-            parameters::unchanged("delta", first, now)?;
-        }
-        if let (Some(first), Some(now)) = (first.k_bar, self.k_bar) {
-            parameters::unchanged_integer("k_bar", first as i64, now.map(i64::from))?;
-        }
-        Ok(())
-    }
 }
 
 /// The candidates argument of a call, for the forms that have one.
@@ -83,11 +69,8 @@ impl SelectionArguments {
 pub enum Candidates {
     /// The form without candidates: any item may win.
     Open,
-    /// The array given (None: SQL NULL, which is an error), and its argument position.
-    Listed {
-        array: Option<Datum>,
-        position: usize,
-    },
+    /// The array given (None: SQL NULL, which is an error).
+    Listed { array: Option<Datum> },
     /// A final function with no rows whose candidates depend on the rows.
     Unknown,
 }
@@ -113,8 +96,6 @@ pub struct ItemScores {
     pub table: ScoreTable<Datum, ContextAllocator>,
     /// Where the items and the table live: the aggregate's memory context.
     memory: MemoryContext,
-    /// The first row's candidates, to check that later rows pass the same array.
-    candidates: Option<ArrayArgument>,
     /// Scores are numeric datums (the numeric overloads), converted without error.
     numeric_scores: bool,
 }
@@ -124,8 +105,8 @@ impl ItemScores {
     /// is closed to other items.
     ///
     /// # Safety
-    /// `memory` must outlive the state; with candidates, `fcinfo` must be the call info
-    /// whose argument `position` is the array.
+    /// `memory` must outlive the state; `fcinfo` NULL or the call info of a selection
+    /// transition or final function.
     unsafe fn new(
         fcinfo: pg_sys::FunctionCallInfo,
         item_type: ItemType,
@@ -139,18 +120,13 @@ impl ItemScores {
             // SAFETY: the caller guarantees that `memory` outlives the state.
             table: ScoreTable::new_in(unsafe { ContextAllocator::new(memory) }),
             memory,
-            candidates: None,
             // SAFETY: a transition or final function's call info (NULL for a state that
             // only merges); argument 2 is the score in both.
             numeric_scores: !fcinfo.is_null()
                 && unsafe { pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, 2) }
                     == pg_sys::NUMERICOID,
         };
-        if let Candidates::Listed {
-            array: list,
-            position,
-        } = candidates
-        {
+        if let Candidates::Listed { array: list } = candidates {
             let array = list.ok_or_else(null_candidates)?;
             // SAFETY: a non-NULL array argument of the call, of the item type's array type
             // (the aggregate's signature says anyarray of anyelement).
@@ -158,7 +134,6 @@ impl ItemScores {
                 for candidate in item_type.array_elements(array) {
                     state.add(candidate, 0.0);
                 }
-                state.candidates = Some(ArrayArgument::new(fcinfo, position, array));
             }
             state.table.close();
         }
@@ -182,27 +157,6 @@ impl ItemScores {
                 |&stored| item_type.equal(stored, item),
                 || PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item)),
             );
-        }
-    }
-
-    /// Later rows must pass the candidates of the first.
-    #[inline]
-    fn check_candidates(&self, candidates: Candidates) -> Result<(), Error> {
-        match (candidates, &self.candidates) {
-            // SAFETY: a non-NULL array argument of the transition call.
-            (
-                Candidates::Listed {
-                    array: Some(array), ..
-                },
-                Some(first),
-                // SAFETY: a non-NULL array argument of the transition call.
-            ) if unsafe { first.is_same(array) } => Ok(()),
-            (Candidates::Listed { .. }, _) => Err(Error::ParameterChanged {
-                name: "candidates",
-                first: "the array of the first row".into(),
-                now: "another array".into(),
-            }),
-            (Candidates::Open | Candidates::Unknown, _) => Ok(()),
         }
     }
 }
@@ -254,13 +208,10 @@ impl State for ItemScores {
                 None => None,
             },
         };
-        let candidates = match at
-            .candidates
-            .map(|position| (position, source.argument(position)))
-        {
+        let candidates = match at.candidates.map(|position| source.argument(position)) {
             None => Candidates::Open,
-            Some((position, Argument::Known(array))) => Candidates::Listed { array, position },
-            Some((_, Argument::Unknown)) => Candidates::Unknown,
+            Some(Argument::Known(array)) => Candidates::Listed { array },
+            Some(Argument::Unknown) => Candidates::Unknown,
         };
         Some(RowArguments {
             selection,
@@ -294,12 +245,6 @@ impl State for ItemScores {
         // SAFETY: as above; the candidates are the call's own array argument.
         unsafe { ItemScores::new(fcinfo, item_type, selection, arguments.candidates, memory) }
             .map(Some)
-    }
-
-    #[inline]
-    fn check_row(&self, arguments: &RowArguments) -> Result<(), Error> {
-        arguments.selection.check_unchanged(&self.selection)?;
-        self.check_candidates(arguments.candidates)
     }
 
     #[inline]

@@ -5,7 +5,7 @@
 //! serialization) are aggregate.rs's.
 
 use super::aggregate::{self, final_state, transition, Source, State};
-use super::arguments::{numeric_to_f64, Argument, ArrayArgument, CallArguments};
+use super::arguments::{numeric_to_f64, Argument, CallArguments};
 use super::forms::{
     Aggregate, Family, Form, Parameter, ValueType, DP_QUANTILE, DP_QUANTILES, DP_QUANTILES_BIGINT,
     DP_QUANTILES_INTEGER, DP_QUANTILES_NUMERIC, DP_QUANTILES_SMALLINT, DP_QUANTILE_BIGINT,
@@ -59,8 +59,8 @@ pub struct QuantileParameters {
 #[derive(Debug, Clone, Copy)]
 enum Alphas {
     One(Option<f64>),
-    /// A float8[] (None: SQL NULL), and its argument position.
-    Many(Option<Datum>, usize),
+    /// A float8[] (None: SQL NULL).
+    Many(Option<Datum>),
 }
 
 /// lo and hi as the call gives them: double precision, or bigint for integer values.
@@ -96,7 +96,7 @@ impl QuantileArguments {
     fn validate(&self) -> Result<QuantileParameters, Error> {
         let alphas = match self.alphas {
             Alphas::One(alpha) => vec![parameters::alpha(alpha)?],
-            Alphas::Many(array, _) => {
+            Alphas::Many(array) => {
                 // SAFETY: a non-NULL float8[] argument of the call (the aggregate's
                 // signature says double precision[]).
                 let values = array.map(|a| unsafe { float_array(a) });
@@ -143,8 +143,6 @@ pub struct QuantileState {
     parameters: QuantileParameters,
     locating: Locating,
     counts: GridCounts<ContextAllocator>,
-    /// dp_quantiles: the first row's alphas, to check that later rows pass the same.
-    alphas: Option<ArrayArgument>,
 }
 
 impl QuantileState {
@@ -165,7 +163,6 @@ impl QuantileState {
             parameters,
             locating,
             counts,
-            alphas: None,
         }
     }
 }
@@ -187,7 +184,7 @@ impl State for QuantileState {
         let alpha = at.alpha.expect("every quantile form has alpha or alphas");
         let alphas = if form.parameters.contains(&Parameter::Alphas) {
             match source.argument(alpha) {
-                Argument::Known(array) => Alphas::Many(array, alpha),
+                Argument::Known(array) => Alphas::Many(array),
                 Argument::Unknown => return None,
             }
         } else {
@@ -217,46 +214,12 @@ impl State for QuantileState {
     }
 
     unsafe fn first(
-        fcinfo: pg_sys::FunctionCallInfo,
+        _fcinfo: pg_sys::FunctionCallInfo,
         _form: &Form,
         arguments: &QuantileArguments,
         memory: MemoryContext,
     ) -> Result<Option<Self>, Error> {
-        let mut quantiles = QuantileState::new(arguments.validate()?, memory);
-        if let Alphas::Many(Some(array), position) = arguments.alphas {
-            // SAFETY: the call's own non-NULL array argument at `position`.
-            quantiles.alphas = Some(unsafe { ArrayArgument::new(fcinfo, position, array) });
-        }
-        Ok(Some(quantiles))
-    }
-
-    #[inline]
-    fn check_row(&self, arguments: &QuantileArguments) -> Result<(), Error> {
-        let first = &self.parameters;
-        match (arguments.alphas, &self.alphas) {
-            (Alphas::One(alpha), _) => parameters::unchanged("alpha", first.alphas[0], alpha)?,
-            // SAFETY: a non-NULL array argument of the transition call.
-            (Alphas::Many(Some(array), _), Some(alphas)) if unsafe { alphas.is_same(array) } => {}
-            (Alphas::Many(..), _) => {
-                return Err(Error::ParameterChanged {
-                    name: "alphas",
-                    first: "the array of the first row".into(),
-                    now: "another array".into(),
-                })
-            }
-        }
-        match (first.grid, arguments.bounds) {
-            (ValueGrid::Float(grid), Bounds::Float(lo, hi)) => {
-                parameters::unchanged("lo", grid.lo, lo)?;
-                parameters::unchanged("hi", grid.hi, hi)?;
-            }
-            (ValueGrid::Integer(grid), Bounds::Integer(lo, hi)) => {
-                parameters::unchanged_integer("lo", grid.lo, lo)?;
-                parameters::unchanged_integer("hi", grid.hi, hi)?;
-            }
-            _ => unreachable!("one aggregate reads its bounds in one type"),
-        }
-        parameters::unchanged("epsilon", first.epsilon, arguments.epsilon)
+        Ok(Some(QuantileState::new(arguments.validate()?, memory)))
     }
 
     /// NULL and NaN values are skipped; ±∞ and values beyond [lo, hi] clamp to its ends.

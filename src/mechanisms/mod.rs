@@ -11,3 +11,5 @@ pub mod top_k;
 
 #[cfg(test)]
 mod audit;
+#[cfg(test)]
+mod per_row_speed;

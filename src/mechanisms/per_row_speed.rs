@@ -1,0 +1,122 @@
+//! The per-row path of dp_quantile in pure Rust, timed (issue 22): where each nanosecond
+//! of a row goes, without PostgreSQL around it. Not a test of correctness (the exact-law
+//! tests are); run it with
+//!
+//!     cargo test --release --features "pg15 pg_test" --no-default-features --lib \
+//!         -- --ignored --nocapture per_row_speed
+//!
+//! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
+//! and integer values in one group, and in 10,000 groups of 1,000 values (rows arriving
+//! round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
+//! merge (a parallel plan's combine) and of a draw.
+
+use super::quantile::{sample_quantile, Grid, GridCounts, IntegerGrid};
+use rand::{Rng, SeedableRng};
+use std::hint::black_box;
+use std::time::Instant;
+
+const ROWS: usize = 10_000_000;
+const GROUPS: usize = 10_000;
+const K: u32 = 1 << 20;
+
+/// The median of 5 timings of `run`, in nanoseconds per `per` units.
+fn median_ns(per: usize, mut run: impl FnMut()) -> f64 {
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            run();
+            started.elapsed().as_nanos() as f64 / per as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[2]
+}
+
+#[test]
+#[ignore]
+fn per_row_speed() {
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(22);
+    let floats: Vec<f64> = (0..ROWS).map(|_| rng.random::<f64>() * 1e6).collect();
+    let integers: Vec<i64> = (0..ROWS).map(|_| rng.random_range(0..=1_000_000)).collect();
+    let grid = Grid {
+        lo: 0.0,
+        hi: 1e6,
+        size: K,
+    };
+    let locator = grid.locator();
+    let integer_grid = IntegerGrid::new(0, 1_000_000, K);
+
+    let float_one = median_ns(ROWS, || {
+        let mut counts = GridCounts::new(K);
+        for &value in &floats {
+            counts.add(locator.locate(value));
+        }
+        black_box(counts.total());
+    });
+    let locate_only = median_ns(ROWS, || {
+        let mut sum = 0u64;
+        for &value in &floats {
+            sum += locator.locate(value).half_cell();
+        }
+        black_box(sum);
+    });
+    let integer_one = median_ns(ROWS, || {
+        let mut counts = GridCounts::new(integer_grid.size);
+        for &value in &integers {
+            counts.add(integer_grid.locate(value));
+        }
+        black_box(counts.total());
+    });
+    let float_grouped = median_ns(ROWS, || {
+        let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+        for (i, &value) in floats.iter().enumerate() {
+            groups[i % GROUPS].add(locator.locate(value));
+        }
+        black_box(groups.len());
+    });
+    let integer_grouped = median_ns(ROWS, || {
+        let mut groups: Vec<GridCounts> = (0..GROUPS)
+            .map(|_| GridCounts::new(integer_grid.size))
+            .collect();
+        for (i, &value) in integers.iter().enumerate() {
+            groups[i % GROUPS].add(integer_grid.locate(value));
+        }
+        black_box(groups.len());
+    });
+    // A draw and a merge per group of 1,000 float values.
+    let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+    for (i, &value) in floats.iter().enumerate() {
+        groups[i % GROUPS].add(locator.locate(value));
+    }
+    let draw = median_ns(GROUPS, || {
+        let mut sum = 0u64;
+        for counts in &groups {
+            sum += sample_quantile(counts, 0.5, 1.0, &mut rng) as u64;
+        }
+        black_box(sum);
+    });
+    let merge = median_ns(GROUPS / 2, || {
+        for pair in groups.chunks(2) {
+            let mut merged = pair[0].clone();
+            merged.merge(&pair[1]);
+            black_box(merged.total());
+        }
+    });
+    let mut one = GridCounts::new(K);
+    for &value in &floats {
+        one.add(locator.locate(value));
+    }
+    let one_draw = median_ns(1, || {
+        black_box(sample_quantile(&one, 0.5, 1.0, &mut rng));
+    });
+    println!("per-row path of dp_quantile, {ROWS} rows, K = 2^20 (median of 5 runs):");
+    println!(
+        "  float, one group:            {float_one:6.1} ns/row (locate alone {locate_only:.1})"
+    );
+    println!("  integer, one group:          {integer_one:6.1} ns/row");
+    println!("  float, {GROUPS} groups:       {float_grouped:6.1} ns/row");
+    println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
+    println!("  draw, a group of 1,000:      {:6.1} µs", draw / 1e3);
+    println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
+    println!("  draw, one group of 10^7:     {:6.1} ms", one_draw / 1e6);
+}
