@@ -1,5 +1,5 @@
 # The two commands (see README.md). Both install what is missing and can be re-run.
-.PHONY: demo test bench accuracy
+.PHONY: demo test bench bench-versions accuracy
 
 demo:
 	bash scripts/demo.sh
@@ -10,6 +10,10 @@ test:
 # Speed against PostgreSQL's own aggregates, OpenDP and diffprivlib (README: Performance).
 bench:
 	bash scripts/bench.sh
+
+# Two builds side by side (README: Performance): make bench-versions OLD=<commit>
+bench-versions:
+	bash scripts/bench_versions.sh $(OLD)
 
 # Accuracy at equal epsilon against OpenDP and diffprivlib (README: Accuracy).
 accuracy:

@@ -257,6 +257,17 @@ struct SparseCells<A: Allocator + Clone> {
     pending: AllocVec<u32, A>,
 }
 
+/// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs) once
+/// they are many, a comparison sort below that.
+fn sort_cells<B: Allocator + Clone>(cells: &mut AllocVec<u32, B>) {
+    if cells.len() < 256 {
+        return cells.sort_unstable();
+    }
+    let largest = cells.iter().copied().max().unwrap_or(0);
+    let mut scratch = AllocVec::new_in(cells.allocator().clone());
+    radix_sort(cells, &mut scratch, u32::BITS - largest.leading_zeros());
+}
+
 /// A merged count does not fit in 32 bits: the histogram must go dense.
 struct CountOverflow;
 
@@ -280,66 +291,53 @@ impl<A: Allocator + Clone> SparseCells<A> {
         Ok(())
     }
 
-    /// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs)
-    /// once they are many, a comparison sort below that.
-    fn sort(cells: &mut AllocVec<u32, A>) {
-        if cells.len() < 256 {
-            return cells.sort_unstable();
-        }
-        let largest = cells.iter().copied().max().unwrap_or(0);
-        let mut scratch = AllocVec::new_in(cells.allocator().clone());
-        radix_sort(cells, &mut scratch, u32::BITS - largest.leading_zeros());
-    }
-
     /// Merges the pending cells into the sorted counts. On overflow nothing changes.
     fn compact(&mut self) -> Result<(), CountOverflow> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        Self::sort(&mut self.pending);
-        let incoming = self
-            .pending
-            .chunk_by(|a, b| a == b)
-            .map(|run| (run[0], run.len() as u64));
-        let merged = merge_join(self.sorted.iter().map(|&(c, n)| (c, n as u64)), incoming);
-        let mut sorted = AllocVec::with_capacity_in(
-            self.sorted.len() + self.pending.len(),
-            self.sorted.allocator().clone(),
-        );
-        for (cell, count) in merged {
-            sorted.push((cell, u32::try_from(count).map_err(|_| CountOverflow)?));
-        }
-        // Room for every pending cell was reserved; many were repeats.
-        sorted.shrink_to_fit();
-        self.sorted = sorted;
+        sort_cells(&mut self.pending);
+        let pending = &self.pending;
+        self.sorted = Self::merged(&self.sorted, || {
+            pending
+                .chunk_by(|a, b| a == b)
+                .map(|run| (run[0], run.len() as u64))
+        })?;
         self.pending.clear();
         Ok(())
+    }
+
+    /// The union of `sorted` and the sorted (cell, count) pairs `incoming` streams, in a
+    /// vector of exactly its length (counted first: the aggregate's memory context keeps
+    /// the blocks of what it once held, so a vector grown or shrunk there leaves them
+    /// behind).
+    fn merged<I: Iterator<Item = (u32, u64)>>(
+        sorted: &AllocVec<(u32, u32), A>,
+        incoming: impl Fn() -> I,
+    ) -> Result<AllocVec<(u32, u32), A>, CountOverflow> {
+        let ours = || sorted.iter().map(|&(c, n)| (c, n as u64));
+        let length = merge_join(ours(), incoming()).count();
+        let mut merged = AllocVec::with_capacity_in(length, sorted.allocator().clone());
+        for (cell, count) in merge_join(ours(), incoming()) {
+            merged.push((cell, u32::try_from(count).map_err(|_| CountOverflow)?));
+        }
+        Ok(merged)
     }
 
     /// Merges sorted (cell, count) pairs into the sorted counts. On overflow nothing
     /// changes.
     fn merge_sorted(&mut self, incoming: &[(u32, u64)]) -> Result<(), CountOverflow> {
-        let merged = merge_join(
-            self.sorted.iter().map(|&(c, n)| (c, n as u64)),
-            incoming.iter().copied(),
-        );
-        let mut sorted = AllocVec::with_capacity_in(
-            self.sorted.len() + incoming.len(),
-            self.sorted.allocator().clone(),
-        );
-        for (cell, count) in merged {
-            sorted.push((cell, u32::try_from(count).map_err(|_| CountOverflow)?));
-        }
-        sorted.shrink_to_fit();
-        self.sorted = sorted;
+        self.sorted = Self::merged(&self.sorted, || incoming.iter().copied())?;
         Ok(())
     }
 
     /// The counts by cell, pending cells included, without changing the state (a final
     /// function must not).
     fn occupied(&self) -> Vec<(u32, u64)> {
-        let mut pending = self.pending.clone();
-        Self::sort(&mut pending);
+        // A copy on the Rust heap: the aggregate's memory context keeps what it held.
+        let mut pending = AllocVec::with_capacity_in(self.pending.len(), Global);
+        pending.extend_from_slice(&self.pending);
+        sort_cells(&mut pending);
         let incoming = pending
             .chunk_by(|a, b| a == b)
             .map(|run| (run[0], run.len() as u64));
