@@ -55,7 +55,6 @@ def main():
     os.makedirs(arguments.out, exist_ok=True)
     with open(os.path.join(arguments.out, "versions.json"), "w") as out:
         json.dump({"old": arguments.old_name, "runs": RUNS, "results": results}, out, indent=1)
-    ours = {query for _, query, _, _ in CASES}
     by = {(r["query"], r["workers"]): r for r in results}
     lines = [f"| case | max workers | ours: {arguments.old_name} / new (s) | new / old | "
              "PostgreSQL's baseline: old cluster / new cluster (s) | ratio to baseline: old, new | goal |",
@@ -67,7 +66,6 @@ def main():
                 f"| {name} | {workers} | {o['old']:.3f} / {o['new']:.3f} | {o['ratio']:.2f}x | "
                 f"{b['old']:.3f} / {b['new']:.3f} | {o['old'] / b['old']:.2f}x, {o['new'] / b['new']:.2f}x | "
                 + ("none" if goal is None else f"<= {goal}x") + " |")
-    assert ours
     table = "\n".join(lines)
     with open(os.path.join(arguments.out, "versions.md"), "w") as out:
         out.write(table + "\n")
