@@ -122,8 +122,13 @@ for key in A Ma V Z; do
     analyst -c "$SPILL" -c "BEGIN" -c "DECLARE c CURSOR FOR SELECT * FROM v_country WHERE native_country >= '$key'" \
         -c "FETCH 1 FROM c" -c "ROLLBACK" >/dev/null
     analyst -c "$SPILL" -c "SELECT 1 / (med * 0)::int FROM v_country WHERE native_country IN ('$key', 'United-States')" >/dev/null 2>&1 || true
+    # A savepoint rolled back after the cursor spilled, then the transaction.
+    analyst -v ON_ERROR_STOP=0 -c "$SPILL" -c "BEGIN" \
+        -c "DECLARE c CURSOR FOR SELECT * FROM v_country WHERE native_country >= '$key'" \
+        -c "FETCH 1 FROM c" -c "SAVEPOINT s" -c "SELECT 1 / 0" -c "ROLLBACK TO s" -c "SELECT 1" \
+        -c "ROLLBACK" >/dev/null 2>&1
     sleep 0.2
-    assert_eq "$(temp_bytes)" "$before" "temporary files after a ROLLBACK and an error, key $key"
+    assert_eq "$(temp_bytes)" "$before" "temporary files after a ROLLBACK, an error and a savepoint, key $key"
 done
 
 # pg_stat_statements: no buffers, no temporary blocks for the DP statements.

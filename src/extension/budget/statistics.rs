@@ -120,7 +120,10 @@ unsafe extern "C-unwind" fn transaction_ended(
 ) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => off_until_next_statement(),
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            off_until_next_statement();
+            SILENCED_IN_TRANSACTION.with(|silenced| silenced.set(false));
+        }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE => {
             SILENCED_IN_TRANSACTION.with(|silenced| silenced.set(false));
         }
@@ -143,8 +146,10 @@ unsafe extern "C-unwind" fn subtransaction_ended(
 /// At an abort after a silenced plan started in the transaction: PostgreSQL is about to
 /// close the plan's temporary files (reporting their sizes) and release its relations;
 /// nothing is counted until the next statement starts ([`count_again`]).
+/// The flag stays set until the transaction ends: a cursor of the transaction, opened
+/// before a savepoint that rolls back, still closes its files at the transaction's end.
 fn off_until_next_statement() {
-    if !SILENCED_IN_TRANSACTION.with(|silenced| silenced.replace(false)) {
+    if !SILENCED_IN_TRANSACTION.with(Cell::get) {
         return;
     }
     // SAFETY: backend-local globals, read and written by this process only.
