@@ -26,4 +26,12 @@ for i, block in enumerate(blocks, 1):
 PY
 sql -v ON_ERROR_STOP=1 -f "$CLUSTER/readme_blocks.sql" >/dev/null \
     || fail "a README example failed (see above)"
+# The types README promises for its calls (overload resolution: integer bounds pick the
+# column's own type, fractional ones double precision, numeric columns numeric).
+assert_eq "$(sql -c "SELECT concat_ws(' | ', pg_typeof(dp_quantile(age, 0.5, 0, 100, 1.0)),
+    pg_typeof(dp_quantile(age, 0.5, 0.0, 100.0, 1.0)), pg_typeof(dp_quantiles(age::bigint, '{0.5}', 0, 100, 1.0)),
+    pg_typeof(dp_quantile(age::numeric, 0.5, 0, 100, 1.0)),
+    pg_typeof(dp_quantiles(hours_per_week, ARRAY[0.25, 0.5, 0.75], 0, 100, 1.0)),
+    pg_typeof(dp_argmax(marital_status, 1, 1.0)), pg_typeof(dp_top_k(occupation, 1, 3, 1.0))) FROM adult")" \
+    "integer | double precision | bigint[] | numeric | integer[] | text | text[]" "the types of README's calls"
 echo "demo and $(grep -c '^\\echo README example' "$CLUSTER/readme_blocks.sql") README examples ran"
