@@ -71,6 +71,21 @@ pub enum Error {
     /// budget.
     #[error("view \"{view}\" is refused: {reason}")]
     ViewNotBarrier { view: String, reason: String },
+    /// Rows of a table with a privacy unit reach a DP aggregate in a way that loses the
+    /// unit (an aggregate, DISTINCT, a subquery, ...): refused, never answered per row.
+    #[error("rows of table \"{table}\", whose privacy unit is column \"{column}\", reach {aggregate} {reason}")]
+    UnitNotFollowed {
+        table: String,
+        column: String,
+        aggregate: String,
+        reason: String,
+    },
+    /// A SECURITY LABEL FOR pg_exp_mech that is not a privacy unit on a table's column.
+    #[error("{reason}")]
+    InvalidLabel { reason: String },
+    /// Privacy units are declared, but this session cannot bound by them.
+    #[error("privacy units are declared in this database, but {reason}")]
+    UnitsUnavailable { reason: String },
     /// A DP aggregate finalized in a plan node that was not metered.
     #[error("{reason}")]
     NotMetered { reason: String },
@@ -106,13 +121,17 @@ impl Error {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             // invalid_parameter_value
-            Error::InvalidParameter { .. } | Error::ParameterChanged { .. } => "22023",
+            Error::InvalidParameter { .. }
+            | Error::ParameterChanged { .. }
+            | Error::InvalidLabel { .. } => "22023",
             // undefined_function, as PostgreSQL's own "could not identify a hash function"
             Error::NoHashFunction { .. } => "42883",
             // feature_not_supported: a support function called outside an aggregate, or a
             // DP aggregate finalized in a plan node the executor hook could not meter
             // (refused, fails closed)
-            Error::NotInAggregate { .. } | Error::NotMetered { .. } => "0A000",
+            Error::NotInAggregate { .. }
+            | Error::NotMetered { .. }
+            | Error::UnitNotFollowed { .. } => "0A000",
             // configuration_limit_exceeded
             Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege
@@ -123,7 +142,9 @@ impl Error {
             // read_only_sql_transaction, as PostgreSQL's own refusals during recovery
             Error::OnStandby { .. } => "25006",
             // object_not_in_prerequisite_state
-            Error::BudgetsUnavailable { .. } | Error::ViewNotBarrier { .. } => "55000",
+            Error::BudgetsUnavailable { .. }
+            | Error::ViewNotBarrier { .. }
+            | Error::UnitsUnavailable { .. } => "55000",
             // undefined_object, as PostgreSQL's own "role ... does not exist"
             Error::UnknownRole { .. } => "42704",
             // cant_change_runtime_param, as PostgreSQL's own "cannot be changed now"

@@ -30,6 +30,7 @@ pub extern "C-unwind" fn _PG_init() {
     extension::budget::install_statistics();
     extension::budget::install_barrier();
     extension::install_planner();
+    extension::install_units();
 }
 
 /// Required by `cargo pgrx test`.

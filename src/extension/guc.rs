@@ -18,6 +18,12 @@ static LEDGER_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(100_00
 /// In kB: 64 MB, about 1.2 million charges.
 static LEDGER_ROTATION_SIZE: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
 
+/// L: how many groups of one GROUP BY a privacy unit may contribute to (BigQuery's
+/// `max_groups_contributed`, default 1).
+static MAX_GROUPS_PER_UNIT: GucSetting<i32> = GucSetting::<i32>::new(1);
+/// m: how many values of one group a privacy unit may give a quantile.
+static MAX_VALUES_PER_UNIT: GucSetting<i32> = GucSetting::<i32>::new(1);
+
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
 /// How dp_argmax samples its answer.
@@ -160,6 +166,34 @@ pub fn register() {
             None,
             None,
         );
+        // Privacy holds at every value (each group runs at epsilon/L, each quantile
+        // value counts 1/m): any role may choose; only accuracy changes.
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_exp_mech.max_groups_per_unit",
+            c"L: how many groups of one GROUP BY a privacy unit contributes to (chosen at random per unit); each group runs at epsilon/L.",
+            c"Applies to DP aggregates over tables with a privacy unit (SECURITY LABEL FOR pg_exp_mech ... IS 'privacy_unit'). The statement is charged its epsilon whatever L is.",
+            &MAX_GROUPS_PER_UNIT,
+            1,
+            1 << 20,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_exp_mech.max_values_per_unit",
+            c"m: how many values (a uniform sample) a privacy unit gives each group of dp_quantile and dp_quantiles; the temperature grows with m.",
+            c"Applies to quantiles over tables with a privacy unit. Each group's quantile runs at epsilon/(L*m).",
+            &MAX_VALUES_PER_UNIT,
+            1,
+            1 << 20,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
     }
 }
 
@@ -232,6 +266,16 @@ pub fn quantiles_method() -> QuantilesMethod {
 /// How dp_argmax samples its answer.
 pub fn argmax_mechanism() -> ArgmaxMechanism {
     ARGMAX_MECHANISM.get()
+}
+
+/// L: groups of one GROUP BY a privacy unit contributes to.
+pub fn max_groups_per_unit() -> i64 {
+    MAX_GROUPS_PER_UNIT.get() as i64
+}
+
+/// m: values a privacy unit gives one group of a quantile.
+pub fn max_values_per_unit() -> i64 {
+    MAX_VALUES_PER_UNIT.get() as i64
 }
 
 /// K of the quantile grid.

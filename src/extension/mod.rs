@@ -16,8 +16,10 @@ mod serialization;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
 mod top_k;
+mod units;
 
 pub use planner::install_planner;
+pub use units::install_units;
 
 use crate::error::Error;
 use pgrx::pg_sys::panic::ErrorReport;

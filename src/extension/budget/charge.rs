@@ -104,6 +104,7 @@ pub unsafe fn require_metered(fcinfo: pg_sys::FunctionCallInfo) {
             reason: "a differentially private aggregate ran in a plan node that pg_exp_mech could not meter before the statement started (its node was not reachable from the plan)".into(),
         });
     }
+    crate::extension::units::refuse_unless_preloaded();
     refuse_unless_unmetered();
 }
 

@@ -28,6 +28,7 @@ use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument
 use crate::extension::forms::{Aggregate, Family, ValueType, AGGREGATES};
 use crate::extension::item_scores::ItemScores;
 use crate::extension::quantile::QuantileState;
+use crate::extension::units::{self, charged_expression};
 use crate::extension::{raise, OrRaise};
 use crate::parameters;
 use pgrx::pg_sys::{self, Oid};
@@ -296,6 +297,11 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
         if found.registered.is_none() {
             return;
         }
+        // A plan made before this library was loaded missed the planner hook, and so the
+        // bounding by privacy unit.
+        if !super::shared::preloaded() {
+            units::refuse_unless_preloaded();
+        }
         // Parallel workers run what the leader already paid for (its multiplicity counts
         // them); they charge only their own rescans.
         if pg_sys::ParallelWorkerNumber >= 0 {
@@ -449,12 +455,13 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             } else {
                 evaluate(&expressions, found.estate, None).into()
             };
+            let charged = charged_arguments(&expressions, &arguments, found.estate, None);
             let call = (node as usize, (*aggref).aggno);
             found.registered().calls.push(call);
             calls.add(
                 aggregate,
                 arity,
-                &arguments,
+                &charged,
                 expressions,
                 Some(call),
                 evaluations,
@@ -562,6 +569,36 @@ impl NodeCalls {
         // SAFETY: as the caller guarantees.
         unsafe { install_meter(node, self.releases, self.per_loop, found) };
     }
+}
+
+/// The arguments a call is charged by: its own, except where the plan gives one group of
+/// a unit-bounded aggregate its share of the statement's ε or δ (`dp_unit_share(total,
+/// divisor)`, units/rewrite.rs): there the total.
+///
+/// # Safety
+/// As [`evaluate`]'s; `arguments` are the expressions' values.
+unsafe fn charged_arguments(
+    expressions: &[*mut pg_sys::Expr],
+    arguments: &[Argument],
+    estate: *mut pg_sys::EState,
+    running: Option<*mut pg_sys::PlanState>,
+) -> Vec<Argument> {
+    expressions
+        .iter()
+        .zip(arguments)
+        .map(|(&expression, &argument)| {
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                let charged = charged_expression(expression);
+                if charged == expression {
+                    argument
+                } else {
+                    evaluate_fixed(charged, estate, running)
+                }
+            }
+        })
+        .chain(arguments.iter().copied().skip(expressions.len()))
+        .collect()
 }
 
 /// The arguments of a call from its expressions (see [`evaluate_fixed`]).
@@ -814,7 +851,10 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
         // SAFETY: the call's expressions, of this running node's plan; the outer row's
         // parameters are set for this loop.
         let arguments = unsafe { evaluate(&call.expressions, (*node).state, Some(node)) };
-        let (epsilon, delta) = release_of(call.aggregate, call.arity, &arguments).or_raise();
+        // SAFETY: as above.
+        let charged =
+            unsafe { charged_arguments(&call.expressions, &arguments, (*node).state, Some(node)) };
+        let (epsilon, delta) = release_of(call.aggregate, call.arity, &charged).or_raise();
         releases.push(
             Release {
                 aggregate: call.aggregate.name,
@@ -855,7 +895,12 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
         (*callback).arg = registered.cast();
         (*callback).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback(memory, callback);
-        RUNNING.with(|running| running.set(running.get() + 1));
+        RUNNING.with(|running| {
+            if running.get() == 0 {
+                units::new_statement();
+            }
+            running.set(running.get() + 1)
+        });
         registered
     }
 }

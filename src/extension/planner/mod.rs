@@ -4,6 +4,8 @@
 //! - `parameters`: a DP aggregate's parameters that a stable expression computes
 //!   (`current_setting('dp.eps')::float8`) become init-plans, evaluated once per loop
 //!   instead of once per row;
+//! - every DP aggregate over rows of a table with a privacy unit is bounded per unit
+//!   (`units`: the rewrite lives there);
 //! - a budgeted role's DP statement is planned with statistics counters off.
 
 mod parameters;
@@ -36,6 +38,10 @@ unsafe extern "C-unwind" fn plan_query(
     unsafe {
         count_again();
         let dp = parameters::evaluate_once_per_loop(parse);
+        // After the parameters became init-plans: the share of each group wraps them.
+        if dp {
+            crate::extension::units::bound_by_units(parse);
+        }
         // Planning may read the data (the planner reads an index's extremes to estimate
         // a range): not counted for a budgeted role's DP statement (statistics.rs).
         let _silence = (dp && session_is_budgeted()).then(|| Silence::begin(std::ptr::null_mut()));

@@ -1,0 +1,278 @@
+//! From a query level with DP aggregates to the unit column of the protected table its
+//! rows come from.
+//!
+//! A unit is followed only where each row keeps its own unit: a protected table in FROM,
+//! or a FROM subquery (a view, once expanded) that filters and projects rows one by one,
+//! to which the unit is added as a column. Where rows of different units are combined
+//! before the DP aggregate (an aggregate, DISTINCT, a window function, LIMIT, a set
+//! operation, a WITH query or a subquery in an expression), the unit is lost: refused,
+//! never answered per row. A subquery that itself finalizes DP aggregates gives
+//! releases, not rows: public.
+
+use super::labels::{unit_of, Unit};
+use super::{dp_calls, is_empty_list};
+use crate::error::Error;
+use pgrx::pg_sys::{self, NodeTag};
+use pgrx::{is_a, PgList};
+use std::ffi::{c_void, CString};
+
+/// Where a query level's rows get their unit: the table's declaration and the unit as an
+/// expression of the level's own rows.
+pub struct Source {
+    pub unit: Unit,
+    pub expression: *mut pg_sys::Expr,
+}
+
+/// The refusal of rows of `unit`'s table that reach `aggregate` as `reason` says.
+pub fn refusal(unit: &Unit, aggregate: &str, reason: &str) -> Error {
+    Error::UnitNotFollowed {
+        table: unit.table.clone(),
+        column: unit.column.clone(),
+        aggregate: aggregate.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The unit of `query`'s rows, None when they hold no protected row.
+///
+/// # Safety
+/// `query` must be a valid Query being planned; `enclosing` lists the queries around it.
+pub unsafe fn unit_of_query(
+    query: *mut pg_sys::Query,
+    enclosing: &mut Vec<*mut pg_sys::Query>,
+    aggregate: &str,
+) -> Result<Option<Source>, Error> {
+    let mut sources: Vec<Source> = Vec::new();
+    // SAFETY: the range table holds RangeTblEntries of this query; the catalog lookups
+    // read existing relations.
+    unsafe {
+        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
+        for (index, rte) in rtable.iter_ptr().enumerate() {
+            let rti = (index + 1) as i32;
+            match (*rte).rtekind {
+                pg_sys::RTEKind::RTE_RELATION => {
+                    if let Some(unit) = unit_of((*rte).relid) {
+                        let expression = column_var((*rte).relid, rti, unit.attribute);
+                        sources.push(Source { unit, expression });
+                    }
+                }
+                pg_sys::RTEKind::RTE_SUBQUERY => {
+                    let subquery = (*rte).subquery;
+                    let Some(unit) = first_protected(subquery.cast()) else {
+                        continue;
+                    };
+                    if let Some(reason) = combines_rows(subquery) {
+                        return Err(refusal(&unit, aggregate, reason));
+                    }
+                    enclosing.push(query);
+                    let inner = unit_of_query(subquery, enclosing, aggregate);
+                    enclosing.pop();
+                    let Some(inner) = inner? else {
+                        continue;
+                    };
+                    let attribute = add_column(subquery, rte, inner.expression);
+                    let expression = pg_sys::makeVar(
+                        rti,
+                        attribute,
+                        pg_sys::exprType(inner.expression.cast()),
+                        pg_sys::exprTypmod(inner.expression.cast()),
+                        pg_sys::exprCollation(inner.expression.cast()),
+                        0,
+                    );
+                    sources.push(Source {
+                        unit: inner.unit,
+                        expression: expression.cast(),
+                    });
+                }
+                pg_sys::RTEKind::RTE_CTE => {
+                    if let Some(unit) = protected_cte(query, enclosing, rte) {
+                        return Err(refusal(&unit, aggregate, "through a WITH query: write it as a subquery in FROM, where the unit can be followed"));
+                    }
+                }
+                pg_sys::RTEKind::RTE_FUNCTION
+                | pg_sys::RTEKind::RTE_TABLEFUNC
+                | pg_sys::RTEKind::RTE_VALUES => {
+                    let expressions = [
+                        (*rte).functions as *mut pg_sys::Node,
+                        (*rte).values_lists.cast(),
+                        (*rte).tablefunc.cast(),
+                    ];
+                    if let Some(unit) = expressions.into_iter().find_map(|e| first_protected(e)) {
+                        return Err(refusal(&unit, aggregate, "through a subquery inside a function or VALUES list in FROM, which combines rows of different units: join the table instead"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Subqueries in expressions: WHERE and ON, the select list, HAVING.
+        for expressions in [
+            (*query).jointree as *mut pg_sys::Node,
+            (*query).targetList.cast(),
+            (*query).havingQual,
+        ] {
+            if let Some(unit) = first_protected(expressions) {
+                return Err(refusal(&unit, aggregate, "through a subquery in WHERE, ON, the select list or HAVING (IN, EXISTS or a scalar subquery), which combines rows of different units: join the table in FROM instead"));
+            }
+        }
+    }
+    match sources.len() {
+        0 => Ok(None),
+        1 => Ok(sources.pop()),
+        _ => Err(refusal(
+            &sources[1].unit,
+            aggregate,
+            &format!(
+                "joined to \"{}\", another table with a privacy unit: joins of two protected tables are not supported yet; join one of them to public tables only",
+                sources[0].unit.table
+            ),
+        )),
+    }
+}
+
+/// Why a subquery's rows no longer each belong to one unit, if they do not.
+///
+/// # Safety
+/// `query` must be a valid Query.
+unsafe fn combines_rows(query: *mut pg_sys::Query) -> Option<&'static str> {
+    // SAFETY: fields of a valid Query.
+    unsafe {
+        let q = &*query;
+        if q.hasAggs
+            || !is_empty_list(q.groupClause)
+            || !q.havingQual.is_null()
+            || !is_empty_list(q.groupingSets)
+        {
+            Some("after an aggregate or GROUP BY in a subquery combined rows of different units: apply the DP aggregate to the table's rows directly (it sums each unit's rows itself)")
+        } else if !is_empty_list(q.distinctClause) {
+            Some("after DISTINCT in a subquery combined rows of different units: apply the DP aggregate to the table's rows directly (a unit counts once per item already)")
+        } else if q.hasWindowFuncs {
+            Some("after a window function in a subquery combined rows of different units: compute per-row values without window functions")
+        } else if !q.setOperations.is_null() {
+            Some("through UNION, INTERSECT or EXCEPT, which is not supported with privacy units yet: query each table separately")
+        } else if !q.limitCount.is_null() || !q.limitOffset.is_null() {
+            Some("after LIMIT or OFFSET in a subquery, which keeps rows depending on other units: remove it")
+        } else {
+            None
+        }
+    }
+}
+
+/// The unit of the WITH query a CTE reference reads, if it reads protected rows.
+///
+/// # Safety
+/// `rte` must be an RTE_CTE of `query`; `enclosing` lists the queries around it.
+unsafe fn protected_cte(
+    query: *mut pg_sys::Query,
+    enclosing: &[*mut pg_sys::Query],
+    rte: *mut pg_sys::RangeTblEntry,
+) -> Option<Unit> {
+    // SAFETY: ctelevelsup counts levels out from `query`; cteList holds CommonTableExprs.
+    unsafe {
+        let up = (*rte).ctelevelsup as usize;
+        let owner = if up == 0 {
+            query
+        } else {
+            *enclosing.get(enclosing.len().checked_sub(up)?)?
+        };
+        let name = std::ffi::CStr::from_ptr((*rte).ctename);
+        PgList::<pg_sys::CommonTableExpr>::from_pg((*owner).cteList)
+            .iter_ptr()
+            .find(|&cte| std::ffi::CStr::from_ptr((*cte).ctename) == name)
+            .and_then(|cte| first_protected((*cte).ctequery))
+    }
+}
+
+/// The first protected table whose rows `node` (a Query, an expression, a range table
+/// entry) reads, skipping queries that finalize DP aggregates (their output is a release).
+///
+/// # Safety
+/// `node` must be a valid node of a query being planned.
+pub unsafe fn first_protected(node: *mut pg_sys::Node) -> Option<Unit> {
+    let mut found: Option<Unit> = None;
+    // SAFETY: the walker's context is `found`.
+    unsafe { protected_walker(node, (&mut found as *mut Option<Unit>).cast()) };
+    found
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn protected_walker(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: the context is first_protected's Option<Unit>; nodes are cast after their
+    // tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if is_a(node, NodeTag::T_Query) {
+            if !dp_calls(node.cast()).aggregates.is_empty() {
+                return false;
+            }
+            return pg_sys::query_tree_walker(
+                node.cast(),
+                Some(protected_walker),
+                context,
+                pg_sys::QTW_EXAMINE_RTES_BEFORE as i32,
+            );
+        }
+        if is_a(node, NodeTag::T_RangeTblEntry) {
+            let rte = node as *mut pg_sys::RangeTblEntry;
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION {
+                if let Some(unit) = unit_of((*rte).relid) {
+                    *(context as *mut Option<Unit>) = Some(unit);
+                    return true;
+                }
+            }
+            // Other entries: range_table_walker walks their queries and expressions next.
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(protected_walker), context)
+    }
+}
+
+/// A column of a relation as a Var of range table entry `rti`.
+///
+/// # Safety
+/// `relation` must exist and have column `attribute`.
+unsafe fn column_var(relation: pg_sys::Oid, rti: i32, attribute: i16) -> *mut pg_sys::Expr {
+    // SAFETY: a catalog lookup of an existing column.
+    unsafe {
+        let (mut typid, mut typmod, mut collation) = (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
+        pg_sys::get_atttypetypmodcoll(relation, attribute, &mut typid, &mut typmod, &mut collation);
+        pg_sys::makeVar(rti, attribute, typid, typmod, collation, 0).cast()
+    }
+}
+
+/// Adds `expression` (of the subquery's rows) to the subquery's output, after its other
+/// columns; its column number in the entry `rte` that reads the subquery.
+///
+/// # Safety
+/// `rte` must be the RTE_SUBQUERY whose query is `subquery`.
+unsafe fn add_column(
+    subquery: *mut pg_sys::Query,
+    rte: *mut pg_sys::RangeTblEntry,
+    expression: *mut pg_sys::Expr,
+) -> i16 {
+    // SAFETY: target lists hold TargetEntries; resjunk entries come after the others, and
+    // move one place on; names are palloc'd.
+    unsafe {
+        let entries = PgList::<pg_sys::TargetEntry>::from_pg((*subquery).targetList);
+        let columns = entries.iter_ptr().filter(|&e| !(*e).resjunk).count();
+        for entry in entries.iter_ptr().filter(|&e| (*e).resjunk) {
+            (*entry).resno += 1;
+        }
+        let name = CString::new("privacy_unit").expect("no NUL");
+        let resno = (columns + 1) as i16;
+        let entry =
+            pg_sys::makeTargetEntry(expression, resno, pg_sys::pstrdup(name.as_ptr()), false);
+        (*subquery).targetList =
+            pg_sys::list_insert_nth((*subquery).targetList, columns as i32, entry.cast());
+        let eref = (*rte).eref;
+        (*eref).colnames = pg_sys::lappend(
+            (*eref).colnames,
+            pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())).cast(),
+        );
+        resno
+    }
+}

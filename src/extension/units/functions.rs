@@ -1,0 +1,125 @@
+//! The SQL functions a bounded plan calls. The planner hook writes the calls
+//! (rewrite.rs); they are public so that the analyst's plan can run them, and harmless
+//! when called directly.
+
+use crate::extension::guc;
+use crate::mechanisms::rng;
+use pgrx::prelude::*;
+use pgrx::AnyElement;
+use rand::{Rng, RngCore};
+use std::cell::Cell;
+use std::hash::Hasher;
+
+thread_local! {
+    /// The key of the hash that chooses each unit's groups: drawn once per statement
+    /// (when the first plan with DP aggregates starts), from the ChaCha20 generator.
+    static GROUP_KEY: Cell<Option<i64>> = const { Cell::new(None) };
+    /// Numbers the rows whose unit is NULL, each a unit of its own.
+    static NULL_UNITS: Cell<i64> = const { Cell::new(0) };
+}
+
+/// A new statement starts: its groups are chosen with a new key.
+pub fn new_statement() {
+    GROUP_KEY.with(|key| key.set(None));
+}
+
+/// ε (or δ) of one group: the statement's `total` over `divisor`, the number of releases
+/// one unit takes part in (L groups, m values each). The metering hook charges `total`.
+/// STABLE, not IMMUTABLE: the planner must not fold the call into its quotient, which the
+/// metering hook would then charge.
+#[pg_extern(stable, parallel_safe)]
+fn dp_unit_share(total: Option<f64>, divisor: i64) -> Option<f64> {
+    total.map(|total| total / divisor.max(1) as f64)
+}
+
+/// One row's score before its unit's scores for an item are summed: as the aggregates
+/// read it (NULL and NaN count 0, negative scores 0); the aggregate clamps the sum to
+/// max_score, which equals summing scores clamped each to max_score.
+#[pg_extern(immutable, parallel_safe)]
+fn dp_unit_score(score: Option<f64>) -> f64 {
+    match score {
+        Some(score) if score > 0.0 => score,
+        _ => 0.0,
+    }
+}
+
+/// The place of a (unit, group) pair in its unit's order of groups: a keyed hash (SipHash
+/// under the statement's secret key, drawn from ChaCha20) of PostgreSQL's hash of the
+/// pair. Each unit keeps its first L groups: a uniform choice that depends only on its
+/// own groups and the key. (PostgreSQL's record hash alone would order one unit's groups
+/// almost alike for every unit.) PARALLEL RESTRICTED: the leader alone computes it, so
+/// that every row of a unit sees the same key.
+#[pg_extern(volatile, parallel_restricted)]
+fn dp_unit_group_order(pair_hash: i64) -> i64 {
+    let key = GROUP_KEY.with(|key| {
+        key.get().unwrap_or_else(|| {
+            let drawn = rng::with_generator(guc::seeding(), |rng| rng.next_u64() as i64);
+            key.set(Some(drawn));
+            drawn
+        })
+    });
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    hasher.write_i64(key);
+    hasher.write_i64(pair_hash);
+    hasher.finish() as i64
+}
+
+/// A uniform priority from ChaCha20, for sampling a unit's values (never random()).
+#[pg_extern(volatile, parallel_restricted)]
+fn dp_unit_priority() -> f64 {
+    rng::with_generator(guc::seeding(), |rng| rng.random::<f64>())
+}
+
+/// NULL for a row with a unit; for a row whose unit is NULL, a number no other row has,
+/// so that it is a unit of its own.
+#[pg_extern(volatile, parallel_restricted)]
+fn dp_unit_of_null(unit: Option<AnyElement>) -> Option<i64> {
+    match unit {
+        Some(_) => None,
+        None => Some(NULL_UNITS.with(|n| {
+            n.set(n.get() + 1);
+            n.get()
+        })),
+    }
+}
+
+/// L, read when the plan runs (the setting cannot change while it does).
+#[pg_extern(stable, parallel_safe)]
+fn dp_max_groups_per_unit() -> i64 {
+    guc::max_groups_per_unit()
+}
+
+/// m, read when the plan runs.
+#[pg_extern(stable, parallel_safe)]
+fn dp_max_values_per_unit() -> i64 {
+    guc::max_values_per_unit()
+}
+
+pgrx::extension_sql!(
+    r#"
+COMMENT ON FUNCTION dp_unit_share(double precision, bigint) IS
+  'epsilon (or delta) of one group of an aggregate bounded by privacy units: total / divisor. Written into plans by pg_exp_mech; the statement is charged the total.';
+COMMENT ON FUNCTION dp_unit_score(double precision) IS
+  'A row''s score as the selection aggregates read it (NULL, NaN and negative count 0), before a unit''s scores are summed. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_group_order(bigint) IS
+  'The place of a (privacy unit, group) pair in its unit''s random order of groups (SipHash under the statement''s secret key); each unit keeps its first L groups. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_priority() IS
+  'A uniform random priority (ChaCha20) that samples a privacy unit''s values. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_of_null(anyelement) IS
+  'A number of its own for a row whose privacy unit is NULL (NULL otherwise). Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_max_groups_per_unit() IS
+  'L, the setting pg_exp_mech.max_groups_per_unit: groups of one GROUP BY each privacy unit contributes to.';
+COMMENT ON FUNCTION dp_max_values_per_unit() IS
+  'm, the setting pg_exp_mech.max_values_per_unit: values each privacy unit gives one group of a quantile.';
+"#,
+    name = "privacy_unit_functions",
+    requires = [
+        dp_unit_share,
+        dp_unit_score,
+        dp_unit_group_order,
+        dp_unit_priority,
+        dp_unit_of_null,
+        dp_max_groups_per_unit,
+        dp_max_values_per_unit
+    ],
+);

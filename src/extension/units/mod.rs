@@ -1,0 +1,190 @@
+//! People, not rows: a privacy unit declared once (a security label on the column that
+//! holds the person), and every DP aggregate whose input holds rows of a protected table
+//! bounded per unit before it sees them (../shared/PRIVACY.md, section 1).
+//!
+//! - `labels`: the declaration, its catalog lookup and the view `dp_privacy_units`;
+//! - `follow`: from a query level with DP aggregates down to the protected table's unit
+//!   column, through FROM subqueries (and views) that keep rows apart, or a refusal;
+//! - `rewrite`: the transformation of that level, from input tree to output tree;
+//! - `functions`: the SQL functions the bounded plan calls.
+//!
+//! Runs in the planner hook, after views are expanded and before PostgreSQL plans, for
+//! every role: a superuser's DP aggregate is bounded too.
+
+mod follow;
+mod functions;
+mod labels;
+mod rewrite;
+
+pub use functions::new_statement;
+pub use labels::{any_declared, install_labels};
+pub use rewrite::charged_expression;
+
+use crate::extension::budget::dp_aggregate;
+use crate::extension::OrRaise;
+use pgrx::pg_sys::{self, NodeTag};
+use pgrx::{is_a, PgList};
+use std::ffi::c_void;
+
+/// Refuses DP aggregates in a session whose library was not preloaded, where units are
+/// declared: a statement planned before the library loaded was not bounded.
+pub fn refuse_unless_preloaded() {
+    if any_declared() {
+        crate::extension::raise(crate::error::Error::UnitsUnavailable {
+            reason: "pg_exp_mech is not in shared_preload_libraries, so this statement may have been planned without bounding by them: add it there and restart".into(),
+        });
+    }
+}
+
+/// Registers the label provider and the caches' invalidation; called from _PG_init.
+pub fn install_units() {
+    install_labels();
+    rewrite::install_function_cache();
+}
+
+/// Bounds by privacy unit every query level of `query` (and of the queries inside it)
+/// that finalizes DP aggregates over rows of a protected table; refuses those that
+/// cannot be bounded.
+///
+/// # Safety
+/// `query` must be a rewritten query about to be planned, which the planner may modify.
+pub unsafe fn bound_by_units(query: *mut pg_sys::Query) {
+    let mut enclosing = Vec::new();
+    // SAFETY: as the caller guarantees.
+    unsafe { bound_level(query, &mut enclosing) };
+}
+
+/// # Safety
+/// `query` must be a valid Query; `enclosing` lists the queries around it, outermost first.
+unsafe fn bound_level(query: *mut pg_sys::Query, enclosing: &mut Vec<*mut pg_sys::Query>) {
+    // SAFETY: query_tree_walker visits the queries inside this one (FROM subqueries,
+    // WITH queries, sublinks); the walker's context is `enclosing`, with this query on top.
+    unsafe {
+        enclosing.push(query);
+        pg_sys::query_tree_walker(
+            query,
+            Some(inner_queries),
+            (enclosing as *mut Vec<*mut pg_sys::Query>).cast(),
+            0,
+        );
+        enclosing.pop();
+        let calls = dp_calls(query);
+        if calls.is_empty() {
+            return;
+        }
+        let source = follow::unit_of_query(query, enclosing, calls.name()).or_raise();
+        if let Some(source) = source {
+            rewrite::bound(query, &source, &calls).or_raise();
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn inner_queries(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: the context is the stack bound_level passed; nodes are cast after their tags
+    // are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if is_a(node, NodeTag::T_Query) {
+            bound_level(node.cast(), &mut *(context as *mut Vec<*mut pg_sys::Query>));
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(inner_queries), context)
+    }
+}
+
+/// The DP aggregate calls a query level finalizes.
+#[derive(Default)]
+pub struct Calls {
+    /// Aggrefs of this level, in its select list and HAVING.
+    pub aggregates: Vec<*mut pg_sys::Aggref>,
+    /// A DP aggregate of this level used as a window function.
+    pub window: Option<&'static str>,
+    /// A DP aggregate of this level inside a subquery of it (`SELECT (SELECT
+    /// dp_argmax(t.x, ...))`).
+    pub nested: Option<&'static str>,
+}
+
+impl Calls {
+    fn is_empty(&self) -> bool {
+        self.aggregates.is_empty() && self.window.is_none() && self.nested.is_none()
+    }
+
+    /// The name of one of the calls, for messages.
+    pub fn name(&self) -> &'static str {
+        self.aggregates
+            .first()
+            // SAFETY: Aggrefs collected from a valid query.
+            .and_then(|&aggref| dp_aggregate(unsafe { (*aggref).aggfnoid }))
+            .map(|aggregate| aggregate.name)
+            .or(self.window)
+            .or(self.nested)
+            .unwrap_or("a differentially private aggregate")
+    }
+}
+
+struct CallsWalk {
+    depth: u32,
+    calls: Calls,
+}
+
+/// The DP aggregate calls of `query`'s own level.
+///
+/// # Safety
+/// `query` must be a valid Query.
+pub unsafe fn dp_calls(query: *mut pg_sys::Query) -> Calls {
+    let mut walk = CallsWalk {
+        depth: 0,
+        calls: Calls::default(),
+    };
+    // SAFETY: the walker reads nodes of the query's select list and HAVING.
+    unsafe {
+        let context = (&mut walk as *mut CallsWalk).cast();
+        pg_sys::expression_tree_walker((*query).targetList.cast(), Some(call_walker), context);
+        pg_sys::expression_tree_walker((*query).havingQual, Some(call_walker), context);
+    }
+    walk.calls
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn call_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: the context is dp_calls's CallsWalk; nodes are cast after their tags are
+    // checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let walk = &mut *(context as *mut CallsWalk);
+        if is_a(node, NodeTag::T_Query) {
+            walk.depth += 1;
+            pg_sys::query_tree_walker(node.cast(), Some(call_walker), context, 0);
+            walk.depth -= 1;
+            return false;
+        }
+        if is_a(node, NodeTag::T_Aggref) {
+            let aggref = node as *mut pg_sys::Aggref;
+            if (*aggref).agglevelsup == walk.depth {
+                if let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) {
+                    if walk.depth == 0 {
+                        walk.calls.aggregates.push(aggref);
+                    } else {
+                        walk.calls.nested = Some(aggregate.name);
+                    }
+                }
+            }
+        } else if is_a(node, NodeTag::T_WindowFunc) && walk.depth == 0 {
+            if let Some(aggregate) = dp_aggregate((*(node as *mut pg_sys::WindowFunc)).winfnoid) {
+                walk.calls.window = Some(aggregate.name);
+            }
+        }
+        pg_sys::expression_tree_walker(node, Some(call_walker), context)
+    }
+}
+
+/// Whether the list of nodes is empty.
+fn is_empty_list(list: *mut pg_sys::List) -> bool {
+    // SAFETY: a List of a valid Query, or NIL; only its length is read.
+    unsafe { PgList::<c_void>::from_pg(list).is_empty() }
+}

@@ -1,0 +1,805 @@
+//! The transformation of one query level whose DP aggregates read rows of a protected
+//! table, from input tree to output tree. The level
+//!
+//! ```sql
+//! SELECT g, dp_argmax(item, score, ε), dp_quantile(v, α, lo, hi, ε)
+//!   FROM <from> WHERE <where> GROUP BY g
+//! ```
+//!
+//! becomes (L = max_groups_per_unit, m = max_values_per_unit, read when the plan runs)
+//!
+//! ```sql
+//! SELECT g, dp_argmax(item, score_1, dp_unit_share(ε, L)) FILTER (WHERE first_1 = 1),
+//!        dp_quantile(v, α, lo, hi, dp_unit_share(ε, L·m)) FILTER (WHERE sample_2 <= m)
+//!   FROM (SELECT <the columns the level reads>,
+//!                dense_rank() OVER (PARTITION BY unit ORDER BY keyed_hash(unit, g), g) AS group_rank,
+//!                row_number() OVER (PARTITION BY unit, g, item) AS first_1,
+//!                sum(dp_unit_score(score)) OVER (PARTITION BY unit, g, item) AS score_1,
+//!                row_number() OVER (PARTITION BY unit, g ORDER BY v IS NULL, dp_unit_priority()) AS sample_2
+//!           FROM <from> WHERE <where>) AS privacy_unit_bounded
+//!  WHERE group_rank <= L
+//!  GROUP BY g
+//! ```
+//!
+//! Each unit keeps the L groups with the smallest keyed hashes (a choice that depends
+//! only on its own groups and the statement's key); within a group a selection
+//! aggregate sees one row per (unit, item) whose score is the unit's sum (the aggregate
+//! clamps it to max_score: range max_score per unit, PRIVACY.md §1), a quantile a
+//! uniform sample of m of the unit's values, dp_partition one row per unit. Each group's
+//! ε (and δ) is divided by the releases one unit takes part in; `dp_unit_share` keeps
+//! the statement's total visible, and the metering hook charges that. The pre-bounding
+//! is PostgreSQL's own plan: sorts and window aggregates, which spill to disk.
+
+use super::follow::{refusal, Source};
+use super::Calls;
+use crate::error::Error;
+use crate::extension::budget::dp_aggregate;
+use crate::extension::forms::Family;
+use pgrx::pg_sys::{self, NodeTag, Oid};
+use pgrx::{is_a, PgBox, PgList};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+
+/// The oids of the functions the bounded plan calls.
+#[derive(Clone, Copy)]
+struct Functions {
+    share: Oid,
+    score: Oid,
+    group_order: Oid,
+    priority: Oid,
+    of_null: Oid,
+    max_groups: Oid,
+    max_values: Oid,
+}
+
+thread_local! {
+    static FUNCTIONS: RefCell<Option<Functions>> = const { RefCell::new(None) };
+}
+
+/// Forgets the oids when functions change (ALTER EXTENSION ... SET SCHEMA, a reinstall).
+pub fn install_function_cache() {
+    // SAFETY: _PG_init runs once per process; the callback lives as long as the library.
+    unsafe {
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::PROCOID as i32,
+            Some(forget_functions),
+            pg_sys::Datum::from(0usize),
+        );
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn forget_functions(_argument: pg_sys::Datum, _cache: i32, _hash: u32) {
+    FUNCTIONS.with(|functions| *functions.borrow_mut() = None);
+}
+
+/// Looks our functions up in the extension's own schema (never through search_path,
+/// where an analyst's function of the same name could stand first).
+fn functions() -> Functions {
+    if let Some(known) = FUNCTIONS.with(|f| *f.borrow()) {
+        return known;
+    }
+    let schema: String = super::labels::select_one(
+        "SELECT n.nspname::text FROM pg_catalog.pg_extension e
+           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+          WHERE e.extname = 'pg_exp_mech'",
+        &[],
+    )
+    .unwrap_or_else(|| {
+        crate::extension::raise(Error::UnitsUnavailable {
+            reason: "the pg_exp_mech extension is not created in this database".into(),
+        })
+    });
+    let find = |name: &str, arguments: &[Oid]| -> Oid {
+        // SAFETY: a qualified name list built here; LookupFuncName raises if missing.
+        unsafe {
+            let schema = CString::new(schema.as_str()).expect("no NUL");
+            let name = CString::new(name).expect("no NUL");
+            let mut names = pg_sys::lappend(
+                std::ptr::null_mut(),
+                pg_sys::makeString(pg_sys::pstrdup(schema.as_ptr())).cast(),
+            );
+            names = pg_sys::lappend(
+                names,
+                pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())).cast(),
+            );
+            pg_sys::LookupFuncName(names, arguments.len() as i32, arguments.as_ptr(), false)
+        }
+    };
+    let known = Functions {
+        share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
+        score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
+        group_order: find("dp_unit_group_order", &[pg_sys::INT8OID]),
+        priority: find("dp_unit_priority", &[]),
+        of_null: find("dp_unit_of_null", &[pg_sys::ANYELEMENTOID]),
+        max_groups: find("dp_max_groups_per_unit", &[]),
+        max_values: find("dp_max_values_per_unit", &[]),
+    };
+    FUNCTIONS.with(|f| *f.borrow_mut() = Some(known));
+    known
+}
+
+/// What the metering hook charges for a parameter: the statement's total when the plan
+/// gives a group its share (`dp_unit_share(total, divisor)`), else the parameter itself.
+///
+/// # Safety
+/// `expression` must be a valid expression of a plan.
+pub unsafe fn charged_expression(expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    // SAFETY: nodes are cast after their tags are checked; a FuncExpr's args is a List.
+    unsafe {
+        if !expression.is_null() && is_a(expression.cast(), NodeTag::T_FuncExpr) {
+            let call = expression as *mut pg_sys::FuncExpr;
+            if is_share((*call).funcid) {
+                if let Some(total) = PgList::<pg_sys::Expr>::from_pg((*call).args).get_ptr(0) {
+                    return total;
+                }
+            }
+        }
+        expression
+    }
+}
+
+/// Whether `function` is this extension's dp_unit_share (by name and membership, so that
+/// no lookup by schema is needed while a plan starts).
+fn is_share(function: Oid) -> bool {
+    // SAFETY: catalog lookups by oid; NULL and InvalidOid are checked.
+    unsafe {
+        let name = pg_sys::get_func_name(function);
+        if name.is_null() || std::ffi::CStr::from_ptr(name).to_bytes() != b"dp_unit_share" {
+            return false;
+        }
+        let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
+        extension != pg_sys::InvalidOid
+            && pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, function) == extension
+    }
+}
+
+/// How one DP call of the level is bounded: the columns of the bounded rows it reads.
+#[derive(Clone, Copy)]
+struct Bounded {
+    family: Family,
+    /// The row's unit-level score (selection).
+    score: *mut pg_sys::Var,
+    /// The condition that keeps the call's rows.
+    keep: *mut pg_sys::Expr,
+    /// What one group's ε (and δ) is divided by; None for 1.
+    divisor: Option<*mut pg_sys::Expr>,
+    epsilon: usize,
+    delta: Option<usize>,
+}
+
+/// The inner query's output columns and windows, built up.
+struct Inner {
+    entries: Vec<*mut pg_sys::TargetEntry>,
+    names: Vec<String>,
+    windows: Vec<*mut pg_sys::WindowClause>,
+    references: u32,
+}
+
+impl Inner {
+    /// Adds an output column; a Var of it for the outer level.
+    unsafe fn column(&mut self, expression: *mut pg_sys::Expr, name: &str) -> *mut pg_sys::Var {
+        // SAFETY: a valid expression of the level's rows; the name is palloc'd.
+        unsafe {
+            let resno = (self.entries.len() + 1) as i16;
+            let c_name = CString::new(name).expect("no NUL");
+            let entry =
+                pg_sys::makeTargetEntry(expression, resno, pg_sys::pstrdup(c_name.as_ptr()), false);
+            self.entries.push(entry);
+            self.names.push(name.into());
+            let node = expression.cast();
+            pg_sys::makeVar(
+                1,
+                resno,
+                pg_sys::exprType(node),
+                pg_sys::exprTypmod(node),
+                pg_sys::exprCollation(node),
+                0,
+            )
+        }
+    }
+
+    /// Adds a column that windows partition or sort by; its sort-group reference.
+    unsafe fn key(&mut self, expression: *mut pg_sys::Expr, name: &str) -> u32 {
+        // SAFETY: as column's.
+        unsafe {
+            self.column(expression, name);
+            self.references += 1;
+            let entry = *self.entries.last().expect("just added");
+            (*entry).ressortgroupref = self.references;
+            self.references
+        }
+    }
+
+    /// A window over keys `partition`, sorted by `order`; the columns its functions give.
+    unsafe fn window(
+        &mut self,
+        partition: &[u32],
+        order: &[u32],
+        functions: &[(Oid, Oid, *mut pg_sys::List, bool, &str)],
+    ) -> Vec<*mut pg_sys::Var> {
+        // SAFETY: nodes made with PostgreSQL's constructors; the keys are columns added by
+        // `key`, whose types get their sort and equality operators from the catalog.
+        unsafe {
+            let winref = (self.windows.len() + 1) as u32;
+            let mut clause = PgBox::<pg_sys::WindowClause>::alloc_node(NodeTag::T_WindowClause);
+            clause.partitionClause = self.sort_clauses(partition);
+            clause.orderClause = self.sort_clauses(order);
+            clause.frameOptions = pg_sys::FRAMEOPTION_DEFAULTS as i32;
+            clause.winref = winref;
+            self.windows.push(clause.into_pg());
+            functions
+                .iter()
+                .map(|&(function, result, arguments, aggregate, name)| {
+                    let mut call = PgBox::<pg_sys::WindowFunc>::alloc_node(NodeTag::T_WindowFunc);
+                    call.winfnoid = function;
+                    call.wintype = result;
+                    call.args = arguments;
+                    call.winref = winref;
+                    call.winagg = aggregate;
+                    call.location = -1;
+                    self.column(call.into_pg().cast(), name)
+                })
+                .collect()
+        }
+    }
+
+    unsafe fn sort_clauses(&self, references: &[u32]) -> *mut pg_sys::List {
+        // SAFETY: each reference names an entry added by `key`.
+        unsafe {
+            let mut list = std::ptr::null_mut();
+            for &reference in references {
+                let entry = self
+                    .entries
+                    .iter()
+                    .copied()
+                    .find(|&e| (*e).ressortgroupref == reference)
+                    .expect("a key column");
+                let type_ = pg_sys::exprType((*entry).expr.cast());
+                let (mut less, mut equal, mut hashable) =
+                    (pg_sys::InvalidOid, pg_sys::InvalidOid, false);
+                pg_sys::get_sort_group_operators(
+                    type_,
+                    true,
+                    true,
+                    false,
+                    &mut less,
+                    &mut equal,
+                    std::ptr::null_mut(),
+                    &mut hashable,
+                );
+                let mut clause =
+                    PgBox::<pg_sys::SortGroupClause>::alloc_node(NodeTag::T_SortGroupClause);
+                clause.tleSortGroupRef = reference;
+                clause.eqop = equal;
+                clause.sortop = less;
+                clause.nulls_first = false;
+                clause.hashable = hashable;
+                list = pg_sys::lappend(list, clause.into_pg().cast());
+            }
+            list
+        }
+    }
+}
+
+/// Bounds `query`'s DP calls by `source`'s unit, as the module's comment shows.
+///
+/// # Safety
+/// `query` must be a valid Query being planned whose rows get their unit from `source`.
+pub unsafe fn bound(
+    query: *mut pg_sys::Query,
+    source: &Source,
+    calls: &Calls,
+) -> Result<(), Error> {
+    let name = calls.name();
+    let refuse = |reason: &str| Err(refusal(&source.unit, name, reason));
+    // SAFETY: fields of a valid Query; nodes made with PostgreSQL's constructors in the
+    // planner's memory; the level's range table and join tree move, unchanged, into the
+    // inner query.
+    unsafe {
+        let q = &mut *query;
+        if calls.window.is_some() {
+            return refuse("as a window function: each frame would need its own bounding; aggregate with GROUP BY instead");
+        }
+        if calls.nested.is_some() {
+            return refuse("from inside a subquery of the level whose rows it aggregates: write the aggregate in that level's select list");
+        }
+        if !PgList::<c_void>::from_pg(q.groupingSets).is_empty() {
+            return refuse("with GROUPING SETS, ROLLUP or CUBE, which privacy units do not support yet: run one GROUP BY per grouping set");
+        }
+        if !PgList::<c_void>::from_pg(q.cteList).is_empty()
+            && (pg_sys::checkExprHasSubLink(q.targetList.cast())
+                || pg_sys::checkExprHasSubLink(q.havingQual))
+        {
+            return refuse("in a query with both a WITH clause and subqueries in its select list or HAVING: move the WITH query into a FROM subquery");
+        }
+        let f = functions();
+        let mut inner = Inner {
+            entries: Vec::new(),
+            names: Vec::new(),
+            windows: Vec::new(),
+            references: 0,
+        };
+        let unit_expression = source.expression;
+        let unit = inner.key(copy(unit_expression), "unit");
+        let of_null = inner.key(
+            call(f.of_null, pg_sys::INT8OID, &[copy(unit_expression)]),
+            "null_unit",
+        );
+        let group_keys: Vec<*mut pg_sys::Expr> =
+            PgList::<pg_sys::SortGroupClause>::from_pg(q.groupClause)
+                .iter_ptr()
+                .map(|clause| copy(grouped_expression(q, (*clause).tleSortGroupRef)))
+                .collect();
+        let grouped = !group_keys.is_empty();
+        let groups: Vec<u32> = group_keys
+            .iter()
+            .enumerate()
+            .map(|(i, &key)| inner.key(key, &format!("group_{}", i + 1)))
+            .collect();
+        let mut where_clause: *mut pg_sys::Expr = std::ptr::null_mut();
+        if grouped {
+            // Each unit's groups in the order of a keyed hash (ties, which need a 64-bit
+            // collision, broken by the keys): the unit keeps its first L.
+            let mut hashed = vec![
+                copy(unit_expression),
+                call(f.of_null, pg_sys::INT8OID, &[copy(unit_expression)]),
+            ];
+            hashed.extend(group_keys.iter().map(|&k| copy(k)));
+            for &expression in &hashed {
+                let type_ = pg_sys::exprType(expression.cast());
+                let cache =
+                    pg_sys::lookup_type_cache(type_, pg_sys::TYPECACHE_HASH_EXTENDED_PROC as i32);
+                if (*cache).hash_extended_proc == pg_sys::InvalidOid {
+                    return refuse(&format!(
+                        "grouped by (or with a unit of) type {}, which has no hash function to choose each unit's groups: group by a hashable expression",
+                        type_name(type_)
+                    ));
+                }
+            }
+            let hash = call(
+                f.group_order,
+                pg_sys::INT8OID,
+                &[call(
+                    Oid::from(pg_sys::F_HASH_RECORD_EXTENDED),
+                    pg_sys::INT8OID,
+                    &[row(&hashed), int8(0)],
+                )],
+            );
+            let mut order = vec![inner.key(hash, "group_hash")];
+            for (i, &key) in group_keys.iter().enumerate() {
+                let cache = pg_sys::lookup_type_cache(
+                    pg_sys::exprType(key.cast()),
+                    pg_sys::TYPECACHE_LT_OPR as i32,
+                );
+                if (*cache).lt_opr != pg_sys::InvalidOid {
+                    order.push(groups[i]);
+                }
+            }
+            let rank = inner.window(
+                &[unit, of_null],
+                &order,
+                &[(
+                    Oid::from(pg_sys::F_DENSE_RANK_),
+                    pg_sys::INT8OID,
+                    std::ptr::null_mut(),
+                    false,
+                    "group_rank",
+                )],
+            )[0];
+            where_clause = compare("<=", rank.cast(), call(f.max_groups, pg_sys::INT8OID, &[]));
+        }
+        // How each call is bounded.
+        let mut bounded: HashMap<usize, Bounded> = HashMap::new();
+        for (number, &aggref) in calls.aggregates.iter().enumerate() {
+            let aggregate = dp_aggregate((*aggref).aggfnoid).expect("a DP call");
+            let arguments: Vec<*mut pg_sys::Expr> =
+                PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args)
+                    .iter_ptr()
+                    .map(|entry| (*entry).expr)
+                    .collect();
+            let form = aggregate.form(arguments.len());
+            if matches!(aggregate.family, Family::Selection) && form.positions.delta.is_some() {
+                return refuse("because its items come from the data, and bounding how many items a unit touches is not supported yet; give the candidates from a public table to dp_top_k");
+            }
+            if !PgList::<c_void>::from_pg((*aggref).aggdistinct).is_empty() {
+                return refuse("with DISTINCT inside the call: drop DISTINCT, a unit already counts once per item");
+            }
+            let mut partition = vec![unit, of_null];
+            partition.extend(&groups);
+            if !(*aggref).aggfilter.is_null() {
+                partition.push(inner.key(
+                    copy((*aggref).aggfilter.cast()),
+                    &format!("filter_{}", number + 1),
+                ));
+            }
+            let groups_divisor = || call(f.max_groups, pg_sys::INT8OID, &[]);
+            let one = int8(1);
+            let plan = match aggregate.family {
+                Family::Selection => {
+                    partition.push(inner.key(copy(arguments[0]), &format!("item_{}", number + 1)));
+                    let score = call(f.score, pg_sys::FLOAT8OID, &[copy(arguments[1])]);
+                    let columns = inner.window(
+                        &partition,
+                        &[],
+                        &[
+                            (
+                                Oid::from(pg_sys::F_ROW_NUMBER),
+                                pg_sys::INT8OID,
+                                std::ptr::null_mut(),
+                                false,
+                                &format!("first_{}", number + 1),
+                            ),
+                            (
+                                Oid::from(pg_sys::F_SUM_FLOAT8),
+                                pg_sys::FLOAT8OID,
+                                list(&[score]),
+                                true,
+                                &format!("score_{}", number + 1),
+                            ),
+                        ],
+                    );
+                    Bounded {
+                        family: aggregate.family,
+                        score: columns[1],
+                        keep: compare("=", columns[0].cast(), one),
+                        divisor: grouped.then(groups_divisor),
+                        epsilon: form.positions.epsilon,
+                        delta: form.positions.delta,
+                    }
+                }
+                Family::Quantile(_) => {
+                    let mut missing = PgBox::<pg_sys::NullTest>::alloc_node(NodeTag::T_NullTest);
+                    missing.arg = copy(arguments[0]);
+                    missing.nulltesttype = pg_sys::NullTestType::IS_NULL;
+                    missing.location = -1;
+                    let order = [
+                        inner.key(missing.into_pg().cast(), &format!("missing_{}", number + 1)),
+                        inner.key(
+                            call(f.priority, pg_sys::FLOAT8OID, &[]),
+                            &format!("priority_{}", number + 1),
+                        ),
+                    ];
+                    let sample = inner.window(
+                        &partition,
+                        &order,
+                        &[(
+                            Oid::from(pg_sys::F_ROW_NUMBER),
+                            pg_sys::INT8OID,
+                            std::ptr::null_mut(),
+                            false,
+                            &format!("sample_{}", number + 1),
+                        )],
+                    )[0];
+                    let values = call(f.max_values, pg_sys::INT8OID, &[]);
+                    Bounded {
+                        family: aggregate.family,
+                        score: std::ptr::null_mut(),
+                        keep: compare(
+                            "<=",
+                            sample.cast(),
+                            call(f.max_values, pg_sys::INT8OID, &[]),
+                        ),
+                        divisor: Some(if grouped {
+                            arithmetic("*", groups_divisor(), values)
+                        } else {
+                            values
+                        }),
+                        epsilon: form.positions.epsilon,
+                        delta: form.positions.delta,
+                    }
+                }
+                Family::Partition => {
+                    let first = inner.window(
+                        &partition,
+                        &[],
+                        &[(
+                            Oid::from(pg_sys::F_ROW_NUMBER),
+                            pg_sys::INT8OID,
+                            std::ptr::null_mut(),
+                            false,
+                            &format!("first_{}", number + 1),
+                        )],
+                    )[0];
+                    Bounded {
+                        family: aggregate.family,
+                        score: std::ptr::null_mut(),
+                        keep: compare("=", first.cast(), one),
+                        divisor: grouped.then(groups_divisor),
+                        epsilon: form.positions.epsilon,
+                        delta: form.positions.delta,
+                    }
+                }
+            };
+            bounded.insert(aggref as usize, plan);
+        }
+        // The outer level reads the inner query's columns.
+        let mut remap = Remap {
+            depth: 0,
+            inner: &mut inner,
+            columns: HashMap::new(),
+            bounded: &bounded,
+            share: f.share,
+        };
+        let context = (&mut remap as *mut Remap).cast();
+        let target_list = mutate(q.targetList.cast(), context) as *mut pg_sys::List;
+        let having = mutate(q.havingQual, context);
+        // The inner query: the level's FROM and WHERE, one level further down.
+        let mut bounded_rows = PgBox::<pg_sys::Query>::alloc_node(NodeTag::T_Query);
+        bounded_rows.commandType = pg_sys::CmdType::CMD_SELECT;
+        bounded_rows.querySource = pg_sys::QuerySource::QSRC_ORIGINAL;
+        bounded_rows.canSetTag = true;
+        bounded_rows.rtable = q.rtable;
+        bounded_rows.jointree = q.jointree;
+        bounded_rows.cteList = q.cteList;
+        bounded_rows.hasRecursive = q.hasRecursive;
+        bounded_rows.hasModifyingCTE = q.hasModifyingCTE;
+        bounded_rows.hasSubLinks = q.hasSubLinks;
+        bounded_rows.hasRowSecurity = q.hasRowSecurity;
+        bounded_rows.hasWindowFuncs = !inner.windows.is_empty();
+        bounded_rows.windowClause = list(&inner.windows);
+        bounded_rows.targetList = list(&inner.entries);
+        let bounded_rows = bounded_rows.into_pg();
+        pg_sys::IncrementVarSublevelsUp(bounded_rows.cast(), 1, 1);
+        let alias = CString::new("privacy_unit_bounded").expect("no NUL");
+        let mut names = std::ptr::null_mut();
+        for name in &inner.names {
+            let name = CString::new(name.as_str()).expect("no NUL");
+            names = pg_sys::lappend(
+                names,
+                pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())).cast(),
+            );
+        }
+        let mut rte = PgBox::<pg_sys::RangeTblEntry>::alloc_node(NodeTag::T_RangeTblEntry);
+        rte.rtekind = pg_sys::RTEKind::RTE_SUBQUERY;
+        rte.subquery = bounded_rows;
+        rte.alias = pg_sys::makeAlias(alias.as_ptr(), std::ptr::null_mut());
+        rte.eref = pg_sys::makeAlias(alias.as_ptr(), names);
+        rte.inFromCl = true;
+        let mut reference = PgBox::<pg_sys::RangeTblRef>::alloc_node(NodeTag::T_RangeTblRef);
+        reference.rtindex = 1;
+        q.rtable = pg_sys::lappend(std::ptr::null_mut(), rte.into_pg().cast());
+        q.jointree = pg_sys::makeFromExpr(
+            pg_sys::lappend(std::ptr::null_mut(), reference.into_pg().cast()),
+            where_clause.cast(),
+        );
+        q.cteList = std::ptr::null_mut();
+        q.hasRecursive = false;
+        q.hasModifyingCTE = false;
+        q.targetList = target_list;
+        q.havingQual = having;
+        Ok(())
+    }
+}
+
+/// The outer level's expressions, moved onto the inner query's columns.
+struct Remap<'a> {
+    /// How many subqueries deep the mutator is.
+    depth: u32,
+    inner: &'a mut Inner,
+    /// The inner column of each (varno, varattno) of the level.
+    columns: HashMap<(i32, i16), *mut pg_sys::Var>,
+    bounded: &'a HashMap<usize, Bounded>,
+    share: Oid,
+}
+
+unsafe fn mutate(node: *mut pg_sys::Node, context: *mut c_void) -> *mut pg_sys::Node {
+    // SAFETY: the mutator's context is a Remap.
+    unsafe { remap_mutator(node, context) }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn remap_mutator(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> *mut pg_sys::Node {
+    // SAFETY: the context is a Remap; nodes are cast after their tags are checked and
+    // copied before they change.
+    unsafe {
+        if node.is_null() {
+            return node;
+        }
+        let remap = &mut *(context as *mut Remap);
+        let mutator: unsafe extern "C-unwind" fn() -> *mut pg_sys::Node =
+            std::mem::transmute(remap_mutator as unsafe extern "C-unwind" fn(_, _) -> _);
+        if is_a(node, NodeTag::T_Query) {
+            remap.depth += 1;
+            let query = pg_sys::query_tree_mutator(node.cast(), Some(mutator), context, 0);
+            remap.depth -= 1;
+            return query.cast();
+        }
+        if is_a(node, NodeTag::T_Var) {
+            let var = node as *mut pg_sys::Var;
+            if (*var).varlevelsup != remap.depth {
+                return pg_sys::copyObjectImpl(node.cast()).cast();
+            }
+            let key = ((*var).varno, (*var).varattno);
+            let column = match remap.columns.get(&key) {
+                Some(&column) => column,
+                None => {
+                    let inner_var = pg_sys::copyObjectImpl(node.cast()) as *mut pg_sys::Var;
+                    (*inner_var).varlevelsup = 0;
+                    let column = remap.inner.column(
+                        inner_var.cast(),
+                        &format!("column_{}", remap.columns.len() + 1),
+                    );
+                    remap.columns.insert(key, column);
+                    column
+                }
+            };
+            let outer = pg_sys::copyObjectImpl(column.cast()) as *mut pg_sys::Var;
+            (*outer).varlevelsup = remap.depth;
+            return outer.cast();
+        }
+        if remap.depth == 0 && is_a(node, NodeTag::T_Aggref) {
+            if let Some(&plan) = remap.bounded.get(&(node as usize)) {
+                return bounded_call(node.cast(), &plan, context);
+            }
+        }
+        pg_sys::expression_tree_mutator(node, Some(mutator), context)
+    }
+}
+
+/// A DP call of the level, reading the bounded rows.
+///
+/// # Safety
+/// `aggref` must be a call of the level, `context` the Remap.
+unsafe fn bounded_call(
+    aggref: *mut pg_sys::Aggref,
+    plan: &Bounded,
+    context: *mut c_void,
+) -> *mut pg_sys::Node {
+    // SAFETY: the copy's args are TargetEntries; each expression is replaced by its remap.
+    unsafe {
+        let share = (*(context as *mut Remap)).share;
+        let copy_ = pg_sys::copyObjectImpl(aggref.cast()) as *mut pg_sys::Aggref;
+        for (position, entry) in PgList::<pg_sys::TargetEntry>::from_pg((*copy_).args)
+            .iter_ptr()
+            .enumerate()
+        {
+            (*entry).expr = if matches!(plan.family, Family::Selection) && position == 1 {
+                pg_sys::copyObjectImpl(plan.score.cast()).cast()
+            } else {
+                mutate((*entry).expr.cast(), context).cast()
+            };
+            if let Some(divisor) = plan.divisor {
+                if position == plan.epsilon || Some(position) == plan.delta {
+                    (*entry).expr = call(share, pg_sys::FLOAT8OID, &[(*entry).expr, copy(divisor)]);
+                }
+            }
+        }
+        let keep = copy(plan.keep);
+        (*copy_).aggfilter = if (*aggref).aggfilter.is_null() {
+            keep
+        } else {
+            let filter = mutate((*aggref).aggfilter.cast(), context);
+            pg_sys::make_andclause(list(&[filter.cast(), keep]))
+        };
+        copy_.cast()
+    }
+}
+
+/// The expression of the select-list entry that GROUP BY reference `reference` names.
+unsafe fn grouped_expression(query: &pg_sys::Query, reference: u32) -> *mut pg_sys::Expr {
+    // SAFETY: a parsed GROUP BY refers to an entry of the select list.
+    unsafe {
+        PgList::<pg_sys::TargetEntry>::from_pg(query.targetList)
+            .iter_ptr()
+            .find(|&entry| (*entry).ressortgroupref == reference)
+            .map(|entry| (*entry).expr)
+            .expect("GROUP BY refers to the select list")
+    }
+}
+
+unsafe fn copy(expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    // SAFETY: a valid node.
+    unsafe { pg_sys::copyObjectImpl(expression.cast()).cast() }
+}
+
+unsafe fn list<T>(items: &[*mut T]) -> *mut pg_sys::List {
+    let mut list = std::ptr::null_mut();
+    for &item in items {
+        // SAFETY: appending node pointers to a List.
+        list = unsafe { pg_sys::lappend(list, item.cast()) };
+    }
+    list
+}
+
+unsafe fn call(function: Oid, result: Oid, arguments: &[*mut pg_sys::Expr]) -> *mut pg_sys::Expr {
+    // SAFETY: a FuncExpr over valid arguments.
+    unsafe {
+        pg_sys::makeFuncExpr(
+            function,
+            result,
+            list(arguments),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        )
+        .cast()
+    }
+}
+
+unsafe fn int8(value: i64) -> *mut pg_sys::Expr {
+    // SAFETY: a by-value bigint constant.
+    unsafe {
+        pg_sys::makeConst(
+            pg_sys::INT8OID,
+            -1,
+            pg_sys::InvalidOid,
+            8,
+            pg_sys::Datum::from(value),
+            false,
+            true,
+        )
+        .cast()
+    }
+}
+
+/// `left operator right` over bigints.
+unsafe fn operation(
+    operator: &str,
+    left: *mut pg_sys::Expr,
+    right: *mut pg_sys::Expr,
+    result: Oid,
+) -> *mut pg_sys::Expr {
+    // SAFETY: pg_catalog's bigint operators; OpernameGetOprid finds them by qualified name.
+    unsafe {
+        let schema = pg_sys::makeString(pg_sys::pstrdup(c"pg_catalog".as_ptr()));
+        let name = CString::new(operator).expect("no NUL");
+        let names = list(&[schema, pg_sys::makeString(pg_sys::pstrdup(name.as_ptr()))]);
+        let operator = pg_sys::OpernameGetOprid(names, pg_sys::INT8OID, pg_sys::INT8OID);
+        let expression = pg_sys::make_opclause(
+            operator,
+            result,
+            false,
+            left,
+            right,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+        );
+        pg_sys::set_opfuncid(expression.cast());
+        expression
+    }
+}
+
+unsafe fn compare(
+    operator: &str,
+    left: *mut pg_sys::Expr,
+    right: *mut pg_sys::Expr,
+) -> *mut pg_sys::Expr {
+    // SAFETY: as operation's.
+    unsafe { operation(operator, left, right, pg_sys::BOOLOID) }
+}
+
+unsafe fn arithmetic(
+    operator: &str,
+    left: *mut pg_sys::Expr,
+    right: *mut pg_sys::Expr,
+) -> *mut pg_sys::Expr {
+    // SAFETY: as operation's.
+    unsafe { operation(operator, left, right, pg_sys::INT8OID) }
+}
+
+/// `ROW(expressions...)`, an anonymous record.
+unsafe fn row(expressions: &[*mut pg_sys::Expr]) -> *mut pg_sys::Expr {
+    // SAFETY: a RowExpr of valid expressions.
+    unsafe {
+        let mut row = PgBox::<pg_sys::RowExpr>::alloc_node(NodeTag::T_RowExpr);
+        row.args = list(expressions);
+        row.row_typeid = pg_sys::RECORDOID;
+        row.row_format = pg_sys::CoercionForm::COERCE_IMPLICIT_CAST;
+        row.location = -1;
+        row.into_pg().cast()
+    }
+}
+
+fn type_name(type_: Oid) -> String {
+    // SAFETY: format_type_be returns a palloc'd name for any oid.
+    unsafe {
+        std::ffi::CStr::from_ptr(pg_sys::format_type_be(type_))
+            .to_string_lossy()
+            .into_owned()
+    }
+}
