@@ -927,44 +927,10 @@ unsafe extern "C-unwind" fn forget(entries: *mut c_void) {
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
-    use crate::extension::sql_testing::{column, error_of, force_parallel_plans, plan, run};
+    use crate::extension::sql_testing::{
+        charged, column, error_of, force_parallel_plans, plan, role, run,
+    };
     use pgrx::prelude::*;
-
-    /// Runs `query` as `role` (made here, with SELECT on `tables`) and returns the ledger
-    /// lines it added for that role and the ε they add up to. Tests run side by side in
-    /// one cluster: each counts its own role's lines.
-    fn charged(role: &str, query: &str) -> (usize, f64) {
-        let ledger = || {
-            let totals = column(&format!(
-                "SELECT count(*) || ' ' || coalesce(sum(epsilon), 0) FROM dp_ledger
-                  WHERE kind = 'charge' AND role::text = '{role}'"
-            ));
-            let (lines, epsilon) = totals[0].split_once(' ').unwrap();
-            (
-                lines.parse::<usize>().unwrap(),
-                epsilon.parse::<f64>().unwrap(),
-            )
-        };
-        run(&["RESET SESSION AUTHORIZATION"]);
-        let before = ledger();
-        run(&[
-            &format!("SET SESSION AUTHORIZATION {role}"),
-            query,
-            "RESET SESSION AUTHORIZATION",
-        ]);
-        let after = ledger();
-        let epsilon = ((after.1 - before.1) * 1e9).round() / 1e9;
-        (after.0 - before.0, epsilon)
-    }
-
-    /// A role without a budget that may read `tables`.
-    fn role(name: &str, tables: &str) {
-        run(&[
-            &format!("CREATE ROLE {name}"),
-            &format!("GRANT SELECT ON {tables} TO {name}"),
-            &format!("GRANT CREATE ON SCHEMA public TO {name}"),
-        ]);
-    }
 
     /// A table `name` of 20,000 rows in 1,000 groups g (and 7 groups h), readable by the
     /// role `name`_analyst.

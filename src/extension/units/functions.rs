@@ -43,6 +43,18 @@ fn dp_unit_score(score: Option<f64>) -> f64 {
     }
 }
 
+/// A numeric score as the numeric overloads read it (converted without error, beyond
+/// double precision's range ±Infinity), then as [`dp_unit_score`].
+#[pg_extern(immutable, parallel_safe)]
+fn dp_unit_numeric_score(score: Option<pgrx::AnyNumeric>) -> f64 {
+    // SAFETY: a non-NULL numeric datum.
+    dp_unit_score(score.map(|score| unsafe {
+        crate::extension::arguments::numeric_to_f64(
+            pgrx::IntoDatum::into_datum(score).expect("a non-NULL numeric"),
+        )
+    }))
+}
+
 /// The place of a (unit, group) pair in its unit's order of groups: a keyed hash (SipHash
 /// under the statement's secret key, drawn from ChaCha20) of PostgreSQL's hash of the
 /// pair. Each unit keeps its first L groups: a uniform choice that depends only on its
@@ -101,6 +113,8 @@ COMMENT ON FUNCTION dp_unit_share(double precision, bigint) IS
   'epsilon (or delta) of one group of an aggregate bounded by privacy units: total / divisor. Written into plans by pg_exp_mech; the statement is charged the total.';
 COMMENT ON FUNCTION dp_unit_score(double precision) IS
   'A row''s score as the selection aggregates read it (NULL, NaN and negative count 0), before a unit''s scores are summed. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_numeric_score(numeric) IS
+  'A numeric score as the selection aggregates read it, in double precision (NULL, NaN and negative count 0). Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_group_order(bigint) IS
   'The place of a (privacy unit, group) pair in its unit''s random order of groups (SipHash under the statement''s secret key); each unit keeps its first L groups. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_priority() IS
@@ -116,6 +130,7 @@ COMMENT ON FUNCTION dp_max_values_per_unit() IS
     requires = [
         dp_unit_share,
         dp_unit_score,
+        dp_unit_numeric_score,
         dp_unit_group_order,
         dp_unit_priority,
         dp_unit_of_null,

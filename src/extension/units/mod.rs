@@ -15,6 +15,8 @@ mod follow;
 mod functions;
 mod labels;
 mod rewrite;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;
 
 pub use functions::new_statement;
 pub use labels::{any_declared, install_labels};

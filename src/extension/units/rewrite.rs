@@ -46,6 +46,7 @@ use std::ffi::{c_void, CString};
 struct Functions {
     share: Oid,
     score: Oid,
+    numeric_score: Oid,
     group_order: Oid,
     priority: Oid,
     of_null: Oid,
@@ -110,6 +111,7 @@ fn functions() -> Functions {
     let known = Functions {
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
         score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
+        numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),
         group_order: find("dp_unit_group_order", &[pg_sys::INT8OID]),
         priority: find("dp_unit_priority", &[]),
         of_null: find("dp_unit_of_null", &[pg_sys::ANYELEMENTOID]),
@@ -160,7 +162,7 @@ fn is_share(function: Oid) -> bool {
 struct Bounded {
     family: Family,
     /// The row's unit-level score (selection).
-    score: *mut pg_sys::Var,
+    score: *mut pg_sys::Expr,
     /// The condition that keeps the call's rows.
     keep: *mut pg_sys::Expr,
     /// What one group's ε (and δ) is divided by; None for 1.
@@ -419,7 +421,9 @@ pub unsafe fn bound(
             let plan = match aggregate.family {
                 Family::Selection => {
                     partition.push(inner.key(copy(arguments[0]), &format!("item_{}", number + 1)));
-                    let score = call(f.score, pg_sys::FLOAT8OID, &[copy(arguments[1])]);
+                    let numeric = pg_sys::exprType(arguments[1].cast()) == pg_sys::NUMERICOID;
+                    let read = if numeric { f.numeric_score } else { f.score };
+                    let score = call(read, pg_sys::FLOAT8OID, &[copy(arguments[1])]);
                     let columns = inner.window(
                         &partition,
                         &[],
@@ -440,9 +444,20 @@ pub unsafe fn bound(
                             ),
                         ],
                     );
+                    // The numeric overload reads the sum back in numeric (exact for a
+                    // double, ±Infinity included).
+                    let score = if numeric {
+                        call(
+                            Oid::from(pg_sys::F_NUMERIC_FLOAT8),
+                            pg_sys::NUMERICOID,
+                            &[columns[1].cast()],
+                        )
+                    } else {
+                        columns[1].cast()
+                    };
                     Bounded {
                         family: aggregate.family,
-                        score: columns[1],
+                        score,
                         keep: compare("=", columns[0].cast(), one),
                         divisor: grouped.then(groups_divisor),
                         epsilon: form.positions.epsilon,

@@ -1,0 +1,342 @@
+//! SQL-level tests of privacy units: exact laws over SQL draws, the bounds L and m,
+//! public joins, refusals, parallel plans, the declaration and its invalidation.
+//!
+//! Draws come from one query grouped by g, each group with units of its own (unit
+//! g·100 + person), so that every group is one independent release at ε/L with L = 1.
+
+#[pgrx::pg_schema]
+mod tests {
+    use crate::extension::sql_testing::{
+        charged, column, counts_of, error_of, force_parallel_plans, frequencies, plan, role, run,
+    };
+    use crate::testing::{
+        assert_matches_distribution, p_value, quantile_distribution, softmax, SIGNIFICANCE,
+    };
+    use pgrx::prelude::*;
+
+    const DRAWS: usize = 4_000;
+
+    /// Per group g: person 1 rates b 7 times, c 3 times, d 5 times; person 2 rates c 10
+    /// times and d twice; person 3 rates d 9 times. Distinct people: a 0, b 1, c 2, d 3;
+    /// rows: a 0, b 7, c 13, d 16.
+    fn many_rows_table(name: &str) {
+        run(&[
+            &format!("CREATE TABLE {name}(person bigint, g int, item text, score float8)"),
+            &format!(
+                "INSERT INTO {name}
+                 SELECT g * 100 + p, g, item, 1
+                   FROM generate_series(1, {DRAWS}) g,
+                        (VALUES (1, 'b', 7), (1, 'c', 3), (1, 'd', 5), (2, 'c', 10), (2, 'd', 2),
+                                (3, 'd', 9)) AS r(p, item, n),
+                        generate_series(1, n)"
+            ),
+            &format!("SECURITY LABEL FOR pg_exp_mech ON COLUMN {name}.person IS 'privacy_unit'"),
+            &format!("ANALYZE {name}"),
+            "SET pg_exp_mech.seed = 20261125",
+        ]);
+    }
+
+    const ITEMS: [&str; 4] = ["a", "b", "c", "d"];
+
+    fn argmax_counts(table: &str) -> Vec<u64> {
+        counts_of(
+            &frequencies(&format!(
+                "SELECT dp_argmax(item, score, 1.0, 1, ARRAY['a', 'b', 'c', 'd']) FROM {table} GROUP BY g"
+            )),
+            &ITEMS,
+        )
+    }
+
+    /// P(i) ∝ exp(ε·distinct people of i), not exp(ε·rows of i).
+    #[pg_test]
+    fn units_argmax_law_counts_people_not_rows() {
+        many_rows_table("people");
+        let counts = argmax_counts("people");
+        assert_eq!(counts.iter().sum::<u64>(), DRAWS as u64);
+        let people = softmax(&[0.0, 1.0, 2.0, 3.0], 1.0);
+        // The per-row law, and a per-person law that forgot the clamp of each person's sum.
+        assert_matches_distribution(&counts, &people, &softmax(&[0.0, 7.0, 13.0, 16.0], 1.0));
+        assert_matches_distribution(&counts, &people, &softmax(&[0.0, 1.0, 2.0, 4.0], 1.0));
+        // The same law in a parallel plan (the bounding runs in the leader, above Gather).
+        force_parallel_plans();
+        let explained =
+            plan("SELECT dp_argmax(item, score, 1.0, 1, ARRAY['a']) FROM people GROUP BY g");
+        assert!(explained.contains("Gather"), "{explained}");
+        assert_matches_distribution(
+            &argmax_counts("people"),
+            &people,
+            &softmax(&[0.0, 7.0, 13.0, 16.0], 1.0),
+        );
+    }
+
+    /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
+    /// re-plans a prepared statement, and removing the label restores rows.
+    #[pg_test]
+    fn units_labels_change_prepared_statements() {
+        many_rows_table("relabelled");
+        run(&[
+            "SET plan_cache_mode = force_generic_plan",
+            "PREPARE relabelled_draws AS SELECT dp_argmax(item, score, 1.0, 1, ARRAY['a', 'b', 'c', 'd']) FROM relabelled GROUP BY g",
+        ]);
+        // EXECUTE cannot be a subquery: its answers are counted here.
+        let draws = || {
+            let answers = column("EXECUTE relabelled_draws");
+            ITEMS
+                .iter()
+                .map(|item| answers.iter().filter(|a| a == item).count() as u64)
+                .collect::<Vec<u64>>()
+        };
+        let people = softmax(&[0.0, 1.0, 2.0, 3.0], 1.0);
+        let rows = softmax(&[0.0, 7.0, 13.0, 16.0], 1.0); // every row counts
+        assert_matches_distribution(&draws(), &people, &rows);
+        run(&["SECURITY LABEL FOR pg_exp_mech ON COLUMN relabelled.person IS NULL"]);
+        assert_matches_distribution(&draws(), &rows, &people);
+        run(&["SECURITY LABEL FOR pg_exp_mech ON COLUMN relabelled.person IS 'privacy_unit'"]);
+        assert_matches_distribution(&draws(), &people, &rows);
+        run(&["DEALLOCATE relabelled_draws", "RESET plan_cache_mode"]);
+    }
+
+    /// A public table that repeats an item's row cannot make a person count twice.
+    #[pg_test]
+    fn units_public_join_that_repeats_rows_changes_nothing() {
+        many_rows_table("joined");
+        run(&[
+            "CREATE TABLE catalogue(item text, shelf int)",
+            "INSERT INTO catalogue SELECT 'd', s FROM generate_series(1, 10) s",
+            "INSERT INTO catalogue VALUES ('a', 1), ('b', 1), ('c', 1)",
+        ]);
+        let counts = counts_of(
+            &frequencies(
+                "SELECT dp_argmax(c.item, j.score, 1.0, 1, ARRAY['a', 'b', 'c', 'd'])
+                   FROM joined j JOIN catalogue c ON c.item = j.item GROUP BY j.g",
+            ),
+            &ITEMS,
+        );
+        assert_matches_distribution(
+            &counts,
+            &softmax(&[0.0, 1.0, 2.0, 3.0], 1.0),
+            &softmax(&[0.0, 1.0, 2.0, 30.0], 1.0),
+        );
+    }
+
+    /// A person with 200 values moves a median like one with m values: the law of
+    /// dp_quantile over 10 people at 1 and m values at 9, at temperature m/ε.
+    #[pg_test]
+    fn units_quantile_law_takes_m_values_per_person() {
+        run(&[
+            "CREATE TABLE heavy(person bigint, g int, v float8)",
+            &format!(
+                "INSERT INTO heavy
+                 SELECT g * 100 + p, g, 1 FROM generate_series(1, {DRAWS}) g, generate_series(1, 10) p
+                 UNION ALL
+                 SELECT g * 100 + 11, g, 9 FROM generate_series(1, {DRAWS}) g, generate_series(1, 200)"
+            ),
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN heavy.person IS 'privacy_unit'",
+            "ANALYZE heavy",
+            "SET pg_exp_mech.seed = 20261126",
+            "SET pg_exp_mech.quantile_grid_size = 10",
+        ]);
+        let grid: Vec<String> = (0..=10).map(|j| j.to_string()).collect();
+        let grid: Vec<&str> = grid.iter().map(String::as_str).collect();
+        let law = |m: usize, temperature: f64| {
+            let mut half_cells = vec![2u64; 10];
+            half_cells.extend(std::iter::repeat_n(18u64, m));
+            quantile_distribution(&half_cells, 10, 0.5, temperature, true)
+        };
+        for m in [1usize, 3] {
+            run(&[&format!("SET pg_exp_mech.max_values_per_unit = {m}")]);
+            let counts = counts_of(
+                &frequencies("SELECT dp_quantile(v, 0.5, 0, 10, 1.0) FROM heavy GROUP BY g"),
+                &grid,
+            );
+            // At ε/m; against m values at ε (no division) and 200 values (rows).
+            assert_matches_distribution(&counts, &law(m, m as f64), &law(200, 1.0));
+            if m == 3 {
+                assert_matches_distribution(&counts, &law(3, 3.0), &law(3, 1.0));
+            }
+        }
+        run(&[
+            "RESET pg_exp_mech.max_values_per_unit",
+            "RESET pg_exp_mech.quantile_grid_size",
+        ]);
+    }
+
+    /// With L groups per person, a person in 5 groups counts in exactly L of them, chosen
+    /// uniformly; the statement is charged its ε whatever L and m are.
+    #[pg_test]
+    fn units_group_by_keeps_l_groups_per_person_and_charges_epsilon() {
+        run(&[
+            "CREATE TABLE spread(person bigint, g int, v float8)",
+            "INSERT INTO spread SELECT p, g, p % 7 FROM generate_series(1, 3000) p, generate_series(1, 5) g,
+                                              generate_series(1, 1 + (p + g) % 3)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN spread.person IS 'privacy_unit'",
+        ]);
+        for l in [1usize, 2, 5] {
+            run(&[&format!("SET pg_exp_mech.max_groups_per_unit = {l}")]);
+            // count(DISTINCT person) reads the same bounded rows as the DP aggregates.
+            let per_group: Vec<u64> = column(
+                "SELECT n::text FROM (SELECT g, count(DISTINCT person) AS n, dp_partition(1, 1e-6) AS kept
+                                  FROM spread GROUP BY g) s ORDER BY g",
+            )
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+            assert_eq!(
+                per_group.iter().sum::<u64>(),
+                3000 * l as u64,
+                "L = {l}: {per_group:?}"
+            );
+            if l < 5 {
+                // Each person's choice is uniform over its 5 groups.
+                let fit = p_value(&per_group, &[0.2; 5]);
+                assert!(fit >= SIGNIFICANCE, "L = {l}: {per_group:?}, p = {fit:e}");
+            }
+        }
+        role("spread_analyst", "spread");
+        run(&[
+            "SET pg_exp_mech.max_groups_per_unit = 3",
+            "SET pg_exp_mech.max_values_per_unit = 4",
+        ]);
+        assert_eq!(
+            charged(
+                "spread_analyst",
+                "SELECT g, dp_quantile(v, 0.5, 0, 10, 0.5), dp_argmax(v, 1, 0.25, 1, ARRAY[1, 2]::float8[])
+                   FROM spread GROUP BY g"
+            ),
+            (2, 0.75)
+        );
+        run(&[
+            "RESET pg_exp_mech.max_groups_per_unit",
+            "RESET pg_exp_mech.max_values_per_unit",
+        ]);
+    }
+
+    /// Every way of losing the unit is refused, with its SQLSTATE and a message that names
+    /// the table and says what to do; views and per-row subqueries are followed.
+    #[pg_test]
+    fn units_refuse_what_loses_the_unit() {
+        run(&[
+            "CREATE TABLE rated(person int, item text, rating float8)",
+            "INSERT INTO rated SELECT p, 'i' || (p % 3), p % 5 FROM generate_series(1, 100) p",
+            "CREATE TABLE rated_too(person int, item text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN rated.person IS 'privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN rated_too.person IS 'privacy_unit'",
+            "CREATE TABLE shelf(item text)",
+            "CREATE VIEW rated_rows AS SELECT item, rating FROM rated WHERE rating > 0",
+        ]);
+        let lost = |reason: &str| {
+            format!("0A000: rows of table \"rated\", whose privacy unit is column \"person\", reach dp_argmax {reason}")
+        };
+        for (query, reason) in [
+            (
+                "SELECT dp_argmax(item, n, 1) FROM (SELECT item, count(*) AS n FROM rated GROUP BY item) s",
+                "after an aggregate or GROUP BY in a subquery combined rows of different units: apply the DP aggregate to the table's rows directly (it sums each unit's rows itself)",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1) FROM (SELECT DISTINCT item FROM rated) s",
+                "after DISTINCT in a subquery combined rows of different units: apply the DP aggregate to the table's rows directly (a unit counts once per item already)",
+            ),
+            (
+                "SELECT dp_argmax(item, r, 1) FROM (SELECT item, rank() OVER (ORDER BY rating) AS r FROM rated) s",
+                "after a window function in a subquery combined rows of different units: compute per-row values without window functions",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1) FROM (SELECT item FROM rated LIMIT 5) s",
+                "after LIMIT or OFFSET in a subquery, which keeps rows depending on other units: remove it",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1) FROM (SELECT item FROM rated UNION ALL SELECT item FROM shelf) s",
+                "through UNION, INTERSECT or EXCEPT, which is not supported with privacy units yet: query each table separately",
+            ),
+            (
+                "WITH w AS (SELECT * FROM rated) SELECT dp_argmax(item, 1, 1) FROM w",
+                "through a WITH query: write it as a subquery in FROM, where the unit can be followed",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1) FROM shelf WHERE item IN (SELECT item FROM rated)",
+                "through a subquery in WHERE, ON, the select list or HAVING (IN, EXISTS or a scalar subquery), which combines rows of different units: join the table in FROM instead",
+            ),
+            (
+                "SELECT dp_argmax(r.item, 1, 1) FROM rated_too t JOIN rated r ON r.person = t.person",
+                "joined to \"rated_too\", another table with a privacy unit: joins of two protected tables are not supported yet; join one of them to public tables only",
+            ),
+            (
+                "SELECT item, dp_argmax(item, 1, 1) FROM rated GROUP BY ROLLUP (item)",
+                "with GROUPING SETS, ROLLUP or CUBE, which privacy units do not support yet: run one GROUP BY per grouping set",
+            ),
+            (
+                "SELECT dp_argmax(item, 1, 1) OVER () FROM rated",
+                "as a window function: each frame would need its own bounding; aggregate with GROUP BY instead",
+            ),
+            (
+                "SELECT dp_argmax(DISTINCT item, 1, 1) FROM rated",
+                "with DISTINCT inside the call: drop DISTINCT, a unit already counts once per item",
+            ),
+        ] {
+            assert_eq!(error_of(query), lost(reason), "{query}");
+        }
+        assert_eq!(
+            error_of("SELECT dp_top_k_unknown_domain(item, 1, 1, 1, 1e-6) FROM rated"),
+            "0A000: rows of table \"rated\", whose privacy unit is column \"person\", reach dp_top_k_unknown_domain because its items come from the data, and bounding how many items a unit touches is not supported yet; give the candidates from a public table to dp_top_k"
+        );
+        // Followed: a view, a per-row subquery, a public join, unnest of a row's own value;
+        // a DP release inside is public.
+        for query in [
+            "SELECT dp_argmax(item, 1, 1, 1, ARRAY['i0']) FROM rated_rows",
+            "SELECT dp_quantile(x, 0.5, 0, 5, 1) FROM (SELECT rating * 2 AS x FROM rated WHERE item <> 'i1') s",
+            "SELECT dp_argmax(s.item, 1, 1) FROM rated r JOIN shelf s USING (item)",
+            "SELECT dp_argmax(t, 1, 1) FROM rated, unnest(ARRAY[item, item || '!']) t",
+            "SELECT dp_argmax(item, 1, 1) FROM shelf WHERE item = (SELECT dp_argmax(item, 1, 1) FROM rated)",
+        ] {
+            assert_eq!(error_of(query), "no error", "{query}");
+        }
+        let explained = plan("SELECT dp_argmax(item, 1, 1, 1, ARRAY['i0']) FROM rated_rows");
+        assert!(explained.contains("WindowAgg"), "{explained}");
+    }
+
+    /// The declaration: one label, on one column of a table; partitions inherit it.
+    #[pg_test]
+    fn units_declaration_is_checked_and_listed() {
+        run(&[
+            "CREATE TABLE declared(person int, other int)",
+            "CREATE VIEW declared_view AS SELECT * FROM declared",
+            "CREATE TABLE parted(person int, item text) PARTITION BY LIST (item)",
+            "CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a')",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN parted.person IS 'privacy_unit'",
+        ]);
+        for (statement, error) in [
+            (
+                "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared.person IS 'person'",
+                "22023: pg_exp_mech knows one label, 'privacy_unit', not 'person'",
+            ),
+            (
+                "SECURITY LABEL FOR pg_exp_mech ON TABLE declared IS 'privacy_unit'",
+                "22023: pg_exp_mech labels columns only: SECURITY LABEL FOR pg_exp_mech ON COLUMN table.column IS 'privacy_unit'",
+            ),
+            (
+                "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_view.person IS 'privacy_unit'",
+                "22023: a privacy unit is declared on a column of a table (a view's rows are protected through its tables)",
+            ),
+        ] {
+            assert_eq!(error_of(statement), error, "{statement}");
+        }
+        run(&["SECURITY LABEL FOR pg_exp_mech ON COLUMN declared.person IS 'privacy_unit'"]);
+        assert_eq!(
+            error_of("SECURITY LABEL FOR pg_exp_mech ON COLUMN declared.other IS 'privacy_unit'"),
+            "22023: this table's privacy unit is already column person: remove that label first (IS NULL)"
+        );
+        assert_eq!(
+            column("SELECT format('%s.%s %s', \"table\", \"column\", partitions) FROM dp_privacy_units WHERE \"table\" IN ('declared'::regclass, 'parted'::regclass) ORDER BY 1"),
+            ["declared.person {}", "parted.person {parted_a}"]
+        );
+        // A partition read directly is protected by its parent's label.
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 1) FROM (SELECT DISTINCT item FROM parted_a) s"),
+            "0A000: rows of table \"parted_a\", whose privacy unit is column \"person\", reach dp_argmax after DISTINCT in a subquery combined rows of different units: apply the DP aggregate to the table's rows directly (a unit counts once per item already)"
+        );
+        assert_eq!(
+            error_of("SET pg_exp_mech.max_groups_per_unit = 0"),
+            "22023: 0 is outside the valid range for parameter \"pg_exp_mech.max_groups_per_unit\" (1 .. 1048576)"
+        );
+    }
+}
