@@ -95,7 +95,8 @@ unsafe extern "C-unwind" fn check_label(
     unsafe { pg_sys::CacheInvalidateRelcacheAll() };
 }
 
-/// The privacy unit of table `relation`, its own or its partitioned ancestors'.
+/// The privacy unit of table `relation`, its own or its ancestors' (partitioned tables,
+/// inheritance parents).
 pub fn unit_of(relation: Oid) -> Option<Unit> {
     if let Some(known) = UNITS.with(|units| units.borrow().get(&relation).cloned()) {
         return known;
@@ -114,8 +115,7 @@ fn look_up(relation: Oid) -> Option<Unit> {
              SELECT $1::pg_catalog.oid
              UNION
              SELECT i.inhparent FROM ancestors a
-               JOIN pg_catalog.pg_inherits i ON i.inhrelid = a.relid
-               JOIN pg_catalog.pg_class c ON c.oid = a.relid AND c.relispartition)
+               JOIN pg_catalog.pg_inherits i ON i.inhrelid = a.relid)
          SELECT pg_catalog.format('%s', $1::pg_catalog.regclass), mine.attname::text, mine.attnum
            FROM ancestors a
            JOIN pg_catalog.pg_seclabel s ON s.objoid = a.relid AND s.provider = 'pg_exp_mech'

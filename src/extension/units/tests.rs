@@ -57,6 +57,25 @@ mod tests {
         // The per-row law, and a per-person law that forgot the clamp of each person's sum.
         assert_matches_distribution(&counts, &people, &softmax(&[0.0, 7.0, 13.0, 16.0], 1.0));
         assert_matches_distribution(&counts, &people, &softmax(&[0.0, 1.0, 2.0, 4.0], 1.0));
+        // numeric scores take the numeric overload, summed in double precision.
+        let numeric = counts_of(
+            &frequencies(
+                "SELECT dp_argmax(item, score::numeric, 1.0, 1, ARRAY['a', 'b', 'c', 'd'])
+                   FROM people GROUP BY g",
+            ),
+            &ITEMS,
+        );
+        assert_matches_distribution(&numeric, &people, &softmax(&[0.0, 7.0, 13.0, 16.0], 1.0));
+        // A row whose unit is NULL is a unit of its own: with every unit NULL, rows count.
+        run(&[
+            "CREATE TABLE nobody AS SELECT NULL::bigint AS person, g, item, score FROM people",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN nobody.person IS 'privacy_unit'",
+        ]);
+        assert_matches_distribution(
+            &argmax_counts("nobody"),
+            &softmax(&[0.0, 7.0, 13.0, 16.0], 1.0),
+            &people,
+        );
         // The same law in a parallel plan (the bounding runs in the leader, above Gather).
         force_parallel_plans();
         let explained =
