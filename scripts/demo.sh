@@ -15,6 +15,8 @@ cluster_psql "$DIR" "$PORT" -q -c "CREATE DATABASE demo" >/dev/null
 cluster_psql "$DIR" "$PORT" -q -d demo -c "CREATE EXTENSION pg_exp_mech"
 say "loading data/adult.csv (UCI Adult, 32,561 people)"
 cluster_psql "$DIR" "$PORT" -q -d demo -f scripts/load_adult.sql
+say "loading data/movielens (MovieLens ml-latest-small: 100,004 ratings by 671 users)"
+cluster_psql "$DIR" "$PORT" -q -d demo -f scripts/load_movielens.sql
 say "differentially private queries"
 # The analyst of step 6 logs in over TCP with this password.
 PGPASSWORD=analyst-demo-password cluster_psql "$DIR" "$PORT" -d demo -v socket="$DIR" -f scripts/demo.sql 2>&1 \

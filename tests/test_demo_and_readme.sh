@@ -4,6 +4,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO"
 new_cluster demo_and_readme
 sql -f scripts/load_adult.sql
+sql -q -f scripts/load_movielens.sql
 
 demo="$(PGPASSWORD=analyst-demo-password sql -v socket="$CLUSTER" -f scripts/demo.sql 2>&1)"
 # The lead of Married-civ-spouse is 4,293 people: at ε ≥ 0.1 a wrong draw has probability
@@ -12,6 +13,10 @@ assert_eq "$(grep -c '100 / 100' <<<"$demo")" 3 "demo: marital status at every e
 assert_contains "$demo" "Prof-specialty" "demo: occupation race"
 assert_contains "$demo" 'ERROR:  53400: privacy budget of role "analyst" exceeded: dp_argmax needs epsilon 0.5, 0.2 of 1.2 remain' "demo: the analyst runs out"
 assert_contains "$demo" "ERROR:  42501: EXPLAIN ANALYZE (or any instrumented execution) of a plan with differentially private aggregates is not allowed" "demo: EXPLAIN ANALYZE refused"
+# Step 8: users, not ratings. Forrest Gump leads by 17 users: at epsilon 1 a wrong draw
+# has probability below e^-17.
+assert_eq "$(grep -cx 'Forrest Gump (1994)' <<<"$demo")" 1 "demo: the movie the most people rated"
+assert_contains "$demo" 'ERROR:  0A000: rows of table "ratings", whose privacy unit is column "user_id", reach dp_argmax after an aggregate or GROUP BY in a subquery' "demo: aggregating users away is refused"
 # Step 7: the grouped tile costs epsilon 1 and delta 1e-6 in all.
 assert_contains "$demo" "spent: epsilon 2 of 2.2, delta 1e-06 of 1e-06" "demo: the grouped step's budget"
 
