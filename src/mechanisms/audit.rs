@@ -3,6 +3,8 @@
 //! privacy loss ln((P[y | D] − δ) / P[y | D']), in both directions, is bounded from below
 //! with confidence. A mechanism fails when that lower bound exceeds ε for some y.
 //!
+//! The privacy-unit audit (extension/units/tests.rs) draws through SQL and counts here.
+//!
 //! Each audit also runs a broken twin (half the temperature, or a wrong utility) and
 //! requires the audit to catch it: an audit that cannot fail proves nothing.
 
@@ -27,7 +29,7 @@ fn wilson(count: u64, draws: u64) -> (f64, f64) {
 
 /// The largest lower confidence bound of the privacy loss over outputs and directions.
 #[derive(Debug)]
-struct Finding {
+pub(crate) struct Finding {
     loss: f64,
     output: String,
 }
@@ -45,14 +47,29 @@ fn audit<K: Hash + Eq + Debug + Clone>(
     on_neighbour: impl FnMut() -> K,
     delta: f64,
 ) -> Finding {
-    let (a, b) = (frequencies(on_input), frequencies(on_neighbour));
+    audit_counts(
+        &frequencies(on_input),
+        &frequencies(on_neighbour),
+        DRAWS,
+        delta,
+    )
+}
+
+/// The audit of outputs already counted, `draws` on each input (the SQL-level audits
+/// draw through PostgreSQL).
+pub(crate) fn audit_counts<K: Hash + Eq + Debug>(
+    a: &HashMap<K, u64>,
+    b: &HashMap<K, u64>,
+    draws: u64,
+    delta: f64,
+) -> Finding {
     let mut worst = Finding {
         loss: f64::NEG_INFINITY,
         output: String::new(),
     };
     for output in a.keys().chain(b.keys()) {
-        let (a_low, a_high) = wilson(*a.get(output).unwrap_or(&0), DRAWS);
-        let (b_low, b_high) = wilson(*b.get(output).unwrap_or(&0), DRAWS);
+        let (a_low, a_high) = wilson(*a.get(output).unwrap_or(&0), draws);
+        let (b_low, b_high) = wilson(*b.get(output).unwrap_or(&0), draws);
         for (low, high) in [(a_low, b_high), (b_low, a_high)] {
             if low > delta {
                 let loss = ((low - delta) / high).ln();
@@ -68,7 +85,7 @@ fn audit<K: Hash + Eq + Debug + Clone>(
     worst
 }
 
-fn assert_private(finding: Finding, epsilon: f64) {
+pub(crate) fn assert_private(finding: Finding, epsilon: f64) {
     eprintln!(
         "audit: loss bound {:.3} (ε = {epsilon}) at {}",
         finding.loss, finding.output
@@ -81,7 +98,7 @@ fn assert_private(finding: Finding, epsilon: f64) {
     );
 }
 
-fn assert_caught(finding: Finding, epsilon: f64) {
+pub(crate) fn assert_caught(finding: Finding, epsilon: f64) {
     eprintln!(
         "audit of a broken twin: loss bound {:.3} (ε = {epsilon}) at {}",
         finding.loss, finding.output

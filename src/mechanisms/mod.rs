@@ -9,7 +9,8 @@ pub mod rng;
 pub mod scores;
 pub mod top_k;
 
-#[cfg(test)]
-mod audit;
+#[cfg(any(test, feature = "pg_test"))]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod audit;
 #[cfg(test)]
 mod per_row_speed;

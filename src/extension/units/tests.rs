@@ -358,4 +358,62 @@ mod tests {
             "22023: 0 is outside the valid range for parameter \"pg_exp_mech.max_groups_per_unit\" (1 .. 1048576)"
         );
     }
+
+    /// The privacy audit at the unit level (mechanisms/audit.rs, 20,000 SQL draws on each
+    /// side): D holds a target person with 10 ratings of b, D' does not. Labelled, the
+    /// loss bound stays under ε, ungrouped and with a GROUP BY of two groups at L = 2;
+    /// the broken twin, the same tables unlabelled (bounding per row), is caught.
+    #[pg_test]
+    fn units_audit_catches_row_level_bounding() {
+        use crate::mechanisms::audit::{assert_caught, assert_private, audit_counts};
+        const AUDIT_DRAWS: u64 = 20_000;
+        for (name, target) in [("with_target", true), ("without_target", false)] {
+            run(&[
+                &format!("CREATE TABLE {name}(person bigint, g int, h int, item text)"),
+                &format!(
+                    "INSERT INTO {name}
+                     SELECT g * 100 + p, g, h, item
+                       FROM generate_series(1, {AUDIT_DRAWS}) g, generate_series(1, 2) h,
+                            (VALUES (1, 'a', 1), (2, 'a', 1), (3, 'a', 1), (4, 'b', 1), (5, 'b', 1),
+                                    (6, 'b', 10)) AS r(p, item, n), generate_series(1, n)
+                      WHERE p < 6 OR {target}"
+                ),
+                &format!("ANALYZE {name}"),
+            ]);
+        }
+        let draws = |table: &str, grouped: bool| {
+            frequencies(&if grouped {
+                format!(
+                    "SELECT string_agg(answer, ',' ORDER BY h) FROM (SELECT g, h,
+                            dp_argmax(item, 1, 1.0, 1, ARRAY['a', 'b']) AS answer
+                       FROM {table} GROUP BY g, h) s GROUP BY g"
+                )
+            } else {
+                format!(
+                    "SELECT dp_argmax(item, 1, 1.0, 1, ARRAY['a', 'b']) FROM {table} WHERE h = 1 GROUP BY g"
+                )
+            })
+        };
+        let finding = |grouped: bool| {
+            audit_counts(
+                &draws("with_target", grouped),
+                &draws("without_target", grouped),
+                AUDIT_DRAWS,
+                0.0,
+            )
+        };
+        // (LLVM's JIT fails to allocate memory on some machines for plans this size.)
+        run(&["SET pg_exp_mech.max_groups_per_unit = 2", "SET LOCAL jit = off"]);
+        // Broken twin first: no label, so each of the target's rows counts.
+        assert_caught(finding(false), 1.0);
+        assert_caught(finding(true), 1.0);
+        for table in ["with_target", "without_target"] {
+            run(&[&format!(
+                "SECURITY LABEL FOR pg_exp_mech ON COLUMN {table}.person IS 'privacy_unit'"
+            )]);
+        }
+        assert_private(finding(false), 1.0);
+        assert_private(finding(true), 1.0);
+        run(&["RESET pg_exp_mech.max_groups_per_unit"]);
+    }
 }
