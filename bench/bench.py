@@ -50,6 +50,26 @@ CASES = [
 ]
 GROUPED = CASES[5][1]
 
+# People, not rows (README, "People, not rows"): UNIT_ROWS visits by UNIT_PEOPLE people,
+# in a table labelled by person and in an unlabelled copy; each case against the same
+# query at row level and against PostgreSQL's count(DISTINCT person). No goals: the
+# bounding sorts the rows by person, which a row-level aggregate never does.
+UNIT_ROWS = int(os.environ.get("BENCH_UNIT_ROWS", ROWS))
+UNIT_PEOPLE = int(os.environ.get("BENCH_UNIT_PEOPLE", 100_000))
+UNIT_RUNS = int(os.environ.get("BENCH_UNIT_RUNS", 3))
+UNIT_CASES = [
+    ("unit-level dp_argmax, 1,000 Zipf items",
+     "SELECT dp_argmax(item, 1, 1.0) FROM visits_people",
+     [("row level", "SELECT dp_argmax(item, 1, 1.0) FROM visits_rows"),
+      ("count(DISTINCT person) GROUP BY item",
+       "SELECT item, count(DISTINCT person) FROM visits_people GROUP BY item")]),
+    ("unit-level dp_quantile, GROUP BY 100 groups, L = 1",
+     "SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM visits_people GROUP BY g",
+     [("row level", "SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM visits_rows GROUP BY g"),
+      ("count(DISTINCT person) GROUP BY g",
+       "SELECT g, count(DISTINCT person) FROM visits_people GROUP BY g")]),
+]
+
 
 def create_tables(connection):
     """Zipf-like items (rank = floor(N^u), P(rank r) ∝ 1/r roughly), uniform numbers."""
@@ -67,6 +87,65 @@ def create_tables(connection):
                            f"(random() * 1e6)::int AS iv FROM generate_series(1, {rows}) i")
         for name in ("items_1k", "items_100k", "numbers", "numbers_small"):
             cursor.execute(f"VACUUM (FREEZE, ANALYZE) {name}")
+
+
+def create_unit_tables(connection):
+    """Visits: a person (of UNIT_PEOPLE) has many rows; items Zipf-like; 100 groups."""
+    with connection.cursor() as cursor:
+        print(f"generating {UNIT_ROWS:,} visits by {UNIT_PEOPLE:,} people", flush=True)
+        cursor.execute("SELECT setseed(0.43)")
+        cursor.execute("DROP TABLE IF EXISTS visits_people, visits_rows")
+        cursor.execute(
+            f"CREATE TABLE visits_people AS SELECT floor(random() * {UNIT_PEOPLE})::int AS person, "
+            f"'item-' || floor(power(1000, random()))::int AS item, i % 100 AS g, "
+            f"random() * 1e6 AS v FROM generate_series(1, {UNIT_ROWS}) i")
+        cursor.execute("CREATE TABLE visits_rows AS TABLE visits_people")
+        cursor.execute("SECURITY LABEL FOR pg_exp_mech ON COLUMN visits_people.person IS 'privacy_unit'")
+        for name in ("visits_people", "visits_rows"):
+            cursor.execute(f"VACUUM (FREEZE, ANALYZE) {name}")
+
+
+def run_unit_cases(connection):
+    results = []
+    with connection.cursor() as cursor:
+        for workers in (0, 2):
+            cursor.execute(f"SET max_parallel_workers_per_gather = {workers}")
+            for name, ours, baselines in UNIT_CASES:
+                queries = [ours] + [query for _, query in baselines]
+                if workers == 0:
+                    for query in queries:
+                        timed(cursor, query)  # warm-up
+                times = [[] for _ in queries]
+                for _ in range(UNIT_RUNS):
+                    for i, query in enumerate(queries):
+                        times[i].append(timed(cursor, query))
+                medians = [statistics.median(t) for t in times]
+                result = {"case": name, "workers": workers, "ours": medians[0],
+                          "ours_runs": times[0],
+                          "ours_workers_planned": workers_planned(cursor, ours),
+                          "against": [{"name": b, "seconds": m, "runs": t, "ratio": medians[0] / m,
+                                       "workers_planned": workers_planned(cursor, q)}
+                                      for (b, q), m, t in zip(baselines, medians[1:], times[1:])]}
+                results.append(result)
+                print(f"{name:52} workers {workers}: {medians[0]:7.3f} s; "
+                      + "; ".join(f"{a['name']} {a['seconds']:.3f} s ({a['ratio']:.2f}x)"
+                                  for a in result["against"]), flush=True)
+    return results
+
+
+def unit_markdown(results, memory):
+    lines = [f"People, not rows: {UNIT_ROWS:,} rows by {UNIT_PEOPLE:,} people, medians of "
+             f"{UNIT_RUNS} runs.", "",
+             "| query | max workers | pg_exp_mech, unit level (s) | against | its time (s) | ratio |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        for a in r["against"]:
+            lines.append(f"| {r['case']} | {r['workers']} | {r['ours']:.3f} | {a['name']} | "
+                         f"{a['seconds']:.3f} | {a['ratio']:.2f}x |")
+    lines.append("")
+    lines.append("Peak private memory of the backend (RssAnon increase, no workers): "
+                 + ", ".join(f"{name} {mb:.1f} MB" for name, mb in memory.items()))
+    return "\n".join(lines)
 
 
 def timed(cursor, query):
@@ -135,12 +214,14 @@ def charges_per_query(connection):
     return results
 
 
-def backend_peak_memory(dsn, query):
+def backend_peak_memory(dsn, query, work_mem=None):
     """Peak private memory of a backend that runs `query` without workers: its RssAnon
     (palloc'd and Rust-allocated memory, not the shared buffers it maps), sampled every
     5 ms while the query runs, minus RssAnon before it."""
     with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
         cursor.execute("SET max_parallel_workers_per_gather = 0")
+        if work_mem:
+            cursor.execute(f"SET work_mem = '{work_mem}'")
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
 
@@ -190,7 +271,29 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--units-only", action="store_true",
+                        help="only the people-not-rows cases (bench/out/performance_units.*)")
     arguments = parser.parse_args()
+    with psycopg.connect(arguments.dsn, autocommit=True) as connection:
+        create_unit_tables(connection)
+        unit_results = run_unit_cases(connection)
+    unit_memory = {}
+    for name, ours, baselines in UNIT_CASES:
+        for work_mem in ("64MB", "1GB"):
+            unit_memory[f"{name} (work_mem {work_mem})"] = backend_peak_memory(
+                arguments.dsn, ours, work_mem)
+        unit_memory[f"{baselines[1][0]} (work_mem 64MB)"] = backend_peak_memory(
+            arguments.dsn, baselines[1][1], "64MB")
+    os.makedirs(arguments.out, exist_ok=True)
+    with open(os.path.join(arguments.out, "performance_units.json"), "w") as out:
+        json.dump({"rows": UNIT_ROWS, "people": UNIT_PEOPLE, "runs": UNIT_RUNS,
+                   "results": unit_results, "peak_memory_mb": unit_memory}, out, indent=1)
+    unit_table = unit_markdown(unit_results, unit_memory)
+    with open(os.path.join(arguments.out, "performance_units.md"), "w") as out:
+        out.write(unit_table + "\n")
+    print(unit_table)
+    if arguments.units_only:
+        return
     with psycopg.connect(arguments.dsn, autocommit=True) as connection:
         create_tables(connection)
         results = run_cases(connection)

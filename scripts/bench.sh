@@ -4,7 +4,9 @@
 # own aggregates on the same tables in the same run, and (bench/end_to_end.py) the same
 # questions answered by exporting the data to OpenDP and diffprivlib. Results in bench/out/.
 #
-# Sizes: BENCH_ROWS (10,000,000), BENCH_GROUPS (10,000), BENCH_RUNS (5).
+# Sizes: BENCH_ROWS (10,000,000), BENCH_GROUPS (10,000), BENCH_RUNS (7); privacy units:
+# BENCH_UNIT_ROWS (BENCH_ROWS), BENCH_UNIT_PEOPLE (100,000), BENCH_UNIT_RUNS (3).
+# `make bench BENCH_ARGS=--units-only`: the people-not-rows cases alone.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites
@@ -24,7 +26,11 @@ DSN="host=$DIR port=$PORT user=postgres dbname=postgres"
 mkdir -p bench/out
 
 say "speed against PostgreSQL's own aggregates"
-.venv/bin/python bench/bench.py --dsn "$DSN" --out bench/out
+.venv/bin/python bench/bench.py --dsn "$DSN" --out bench/out ${BENCH_ARGS:-}
+if [[ "${BENCH_ARGS:-}" == *--units-only* ]]; then
+    say "done: bench/out/performance_units.md"
+    exit 0
+fi
 say "end to end against OpenDP and diffprivlib"
 .venv/bin/python bench/end_to_end.py --dsn "$DSN" --out bench/out
-say "done: bench/out/performance.md, bench/out/end_to_end.md"
+say "done: bench/out/performance.md, bench/out/performance_units.md, bench/out/end_to_end.md"
