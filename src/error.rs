@@ -80,6 +80,10 @@ pub enum Error {
         aggregate: String,
         reason: String,
     },
+    /// Where privacy units are declared, a DP query calls a function whose body the
+    /// planner hook cannot see.
+    #[error("{aggregate} cannot run with function {function} where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, its owner may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION {function} IS 'reads_no_tables'")]
+    OpaqueFunction { function: String, aggregate: String },
     /// A SECURITY LABEL FOR pg_exp_mech that is not a privacy unit on a table's column.
     #[error("{reason}")]
     InvalidLabel { reason: String },
@@ -131,7 +135,8 @@ impl Error {
             // (refused, fails closed)
             Error::NotInAggregate { .. }
             | Error::NotMetered { .. }
-            | Error::UnitNotFollowed { .. } => "0A000",
+            | Error::UnitNotFollowed { .. }
+            | Error::OpaqueFunction { .. } => "0A000",
             // configuration_limit_exceeded
             Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege

@@ -217,6 +217,11 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // previous hook takes the same arguments.
     unsafe {
         count_again();
+        // A statement starts (no plan with DP aggregates runs around it): the privacy
+        // units' settings and group key are fixed for everything it runs.
+        if !dp_plan_running() {
+            units::new_statement();
+        }
         // A budgeted role's DP plan opens its relations uncounted (statistics.rs).
         let _silence = is_silenced(query).then(|| Silence::begin(query));
         match PREVIOUS_EXECUTOR_START {
@@ -437,6 +442,7 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             if !numbers.insert((*aggref).aggno) {
                 continue; // One state, one final call: one release.
             }
+            units::require_seen((*aggref).location, aggregate.name);
             let source = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
                 partial_aggref(plan.cast(), aggref)
             } else {
@@ -493,6 +499,7 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
                 continue;
             };
             found.window = Some(aggregate.name);
+            units::require_seen((*function).location, aggregate.name);
             let expressions: Vec<*mut pg_sys::Expr> =
                 PgList::<pg_sys::Expr>::from_pg((*function).args)
                     .iter_ptr()
@@ -895,12 +902,7 @@ unsafe fn forget_when_done(estate: *mut pg_sys::EState) -> *mut Registered {
         (*callback).arg = registered.cast();
         (*callback).next = std::ptr::null_mut();
         pg_sys::MemoryContextRegisterResetCallback(memory, callback);
-        RUNNING.with(|running| {
-            if running.get() == 0 {
-                units::new_statement();
-            }
-            running.set(running.get() + 1)
-        });
+        RUNNING.with(|running| running.set(running.get() + 1));
         registered
     }
 }

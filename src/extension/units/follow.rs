@@ -118,14 +118,148 @@ pub unsafe fn unit_of_query(
     match sources.len() {
         0 => Ok(None),
         1 => Ok(sources.pop()),
-        _ => Err(refusal(
-            &sources[1].unit,
-            aggregate,
-            &format!(
-                "joined to \"{}\", another table with a privacy unit: joins of two protected tables are not supported yet; join one of them to public tables only",
-                sources[0].unit.table
-            ),
-        )),
+        // SAFETY: the sources' expressions are Vars of this query.
+        _ => unsafe { joined_on_the_unit(query, sources, aggregate) }.map(Some),
+    }
+}
+
+/// Tables with privacy units joined on the unit: every one linked to the others by
+/// equalities of their unit columns (in WHERE or ON). Each joined row then belongs to
+/// one unit, the one its non-NULL unit columns name (an outer join's missing side is
+/// NULL): COALESCE of them. Joined any other way, rows of different units meet: refused.
+///
+/// # Safety
+/// `query` must be a valid Query whose rows get their units from `sources`' Vars.
+unsafe fn joined_on_the_unit(
+    query: *mut pg_sys::Query,
+    sources: Vec<Source>,
+    aggregate: &str,
+) -> Result<Source, Error> {
+    // SAFETY: quals of a valid Query; nodes are cast after their tags are checked.
+    unsafe {
+        let mut equalities = Vec::new();
+        conjuncts((*query).jointree.cast(), &mut equalities);
+        // Union-find over the sources, joined by equalities between their unit columns.
+        let mut root: Vec<usize> = (0..sources.len()).collect();
+        fn find(root: &mut [usize], i: usize) -> usize {
+            if root[i] == i {
+                i
+            } else {
+                let r = find(root, root[i]);
+                root[i] = r;
+                r
+            }
+        }
+        for (left, right) in equalities {
+            let side = |var: *mut pg_sys::Var| {
+                sources.iter().position(|source| {
+                    let unit = source.expression as *mut pg_sys::Var;
+                    (*unit).varno == (*var).varno && (*unit).varattno == (*var).varattno
+                })
+            };
+            if let (Some(a), Some(b)) = (side(left), side(right)) {
+                let (a, b) = (find(&mut root, a), find(&mut root, b));
+                root[a] = b;
+            }
+        }
+        let first = find(&mut root, 0);
+        let type_ = pg_sys::exprType(sources[0].expression.cast());
+        for (i, source) in sources.iter().enumerate().skip(1) {
+            if find(&mut root, i) != first {
+                return Err(refusal(
+                    &source.unit,
+                    aggregate,
+                    &format!(
+                        "joined to \"{}\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on {}.{} = {}.{} (or join one of them to public tables only)",
+                        sources[0].unit.table, source.unit.table, source.unit.column, sources[0].unit.table, sources[0].unit.column
+                    ),
+                ));
+            }
+            if pg_sys::exprType(source.expression.cast()) != type_ {
+                return Err(refusal(
+                    &source.unit,
+                    aggregate,
+                    &format!(
+                        "joined to \"{}\" on unit columns of different types: declare units of one type",
+                        sources[0].unit.table
+                    ),
+                ));
+            }
+        }
+        let mut coalesce = pgrx::PgBox::<pg_sys::CoalesceExpr>::alloc_node(NodeTag::T_CoalesceExpr);
+        coalesce.coalescetype = type_;
+        coalesce.coalescecollid = pg_sys::exprCollation(sources[0].expression.cast());
+        coalesce.location = -1;
+        for source in &sources {
+            coalesce.args = pg_sys::lappend(coalesce.args, source.expression.cast());
+        }
+        Ok(Source {
+            unit: sources[0].unit.clone(),
+            expression: coalesce.into_pg().cast(),
+        })
+    }
+}
+
+/// The equalities between two columns among the AND-ed conditions of a join tree (WHERE
+/// and every ON).
+///
+/// # Safety
+/// `node` must be a join tree node of a valid Query, or one of its quals.
+unsafe fn conjuncts(
+    node: *mut pg_sys::Node,
+    found: &mut Vec<(*mut pg_sys::Var, *mut pg_sys::Var)>,
+) {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return;
+        }
+        if is_a(node, NodeTag::T_FromExpr) {
+            let from = node as *mut pg_sys::FromExpr;
+            for item in PgList::<pg_sys::Node>::from_pg((*from).fromlist).iter_ptr() {
+                conjuncts(item, found);
+            }
+            conjuncts((*from).quals, found);
+        } else if is_a(node, NodeTag::T_JoinExpr) {
+            let join = node as *mut pg_sys::JoinExpr;
+            conjuncts((*join).larg, found);
+            conjuncts((*join).rarg, found);
+            conjuncts((*join).quals, found);
+        } else if is_a(node, NodeTag::T_BoolExpr) {
+            let boolean = node as *mut pg_sys::BoolExpr;
+            if (*boolean).boolop == pg_sys::BoolExprType::AND_EXPR {
+                for argument in PgList::<pg_sys::Node>::from_pg((*boolean).args).iter_ptr() {
+                    conjuncts(argument, found);
+                }
+            }
+        } else if is_a(node, NodeTag::T_OpExpr) {
+            let operation = node as *mut pg_sys::OpExpr;
+            let arguments = PgList::<pg_sys::Node>::from_pg((*operation).args);
+            if let (2, Some(left), Some(right)) =
+                (arguments.len(), arguments.get_ptr(0), arguments.get_ptr(1))
+            {
+                let (left, right) = (strip(left), strip(right));
+                if is_a(left, NodeTag::T_Var)
+                    && is_a(right, NodeTag::T_Var)
+                    && (*(left as *mut pg_sys::Var)).varlevelsup == 0
+                    && (*(right as *mut pg_sys::Var)).varlevelsup == 0
+                    && pg_sys::op_mergejoinable((*operation).opno, pg_sys::exprType(left))
+                {
+                    found.push((left.cast(), right.cast()));
+                }
+            }
+        }
+    }
+}
+
+/// An expression without the binary-compatible casts around it.
+unsafe fn strip(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        while is_a(node, NodeTag::T_RelabelType) {
+            node = (*(node as *mut pg_sys::RelabelType)).arg.cast();
+        }
+        node
     }
 }
 

@@ -18,9 +18,28 @@ thread_local! {
     static NULL_UNITS: Cell<i64> = const { Cell::new(0) };
 }
 
-/// A new statement starts: its groups are chosen with a new key.
+thread_local! {
+    /// L and m as they were when the statement started.
+    static SETTINGS: Cell<(i64, i64)> = const { Cell::new((1, 1)) };
+}
+
+/// A statement starts (no plan with DP aggregates runs): its groups are chosen with a
+/// new key, and L and m are read now, once. While its plan runs they cannot be SET, but a
+/// function's SET clause is undone on exit without a check; the plan reads these copies,
+/// so that its filter and each group's share of ε always agree.
 pub fn new_statement() {
     GROUP_KEY.with(|key| key.set(None));
+    SETTINGS
+        .with(|settings| settings.set((guc::max_groups_per_unit(), guc::max_values_per_unit())));
+}
+
+/// (L, m) of the running statement.
+fn settings() -> (i64, i64) {
+    if crate::extension::budget::dp_plan_running() {
+        SETTINGS.with(Cell::get)
+    } else {
+        (guc::max_groups_per_unit(), guc::max_values_per_unit())
+    }
 }
 
 /// ε (or δ) of one group: the statement's `total` over `divisor`, the number of releases
@@ -95,16 +114,16 @@ fn dp_unit_of_null(unit: Option<AnyElement>) -> Option<i64> {
     }
 }
 
-/// L, read when the plan runs (the setting cannot change while it does).
+/// L, as the running statement read it when it started.
 #[pg_extern(stable, parallel_safe)]
 fn dp_max_groups_per_unit() -> i64 {
-    guc::max_groups_per_unit()
+    settings().0
 }
 
-/// m, read when the plan runs.
+/// m, as the running statement read it when it started.
 #[pg_extern(stable, parallel_safe)]
 fn dp_max_values_per_unit() -> i64 {
-    guc::max_values_per_unit()
+    settings().1
 }
 
 pgrx::extension_sql!(

@@ -43,6 +43,7 @@ pub fn install_labels() {
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_units(_argument: pg_sys::Datum, _relation: Oid) {
     UNITS.with(|units| units.borrow_mut().clear());
+    DECLARED.with(|d| d.set(None));
 }
 
 /// The provider's hook: only 'privacy_unit' (or NULL, to remove it), only on a column of
@@ -65,6 +66,18 @@ unsafe extern "C-unwind" fn check_label(
         )
     };
     let invalid = |reason: String| raise(Error::InvalidLabel { reason });
+    if class == pg_sys::ProcedureRelationId {
+        if let Some(label) = &label {
+            if label != super::functions_called::READS_NO_TABLES {
+                invalid(format!(
+                    "on a function, pg_exp_mech knows one label, 'reads_no_tables', not '{label}'"
+                ));
+            }
+        }
+        // SAFETY: as below.
+        unsafe { pg_sys::CacheInvalidateRelcacheAll() };
+        return;
+    }
     if class != pg_sys::RelationRelationId || column <= 0 {
         invalid("pg_exp_mech labels columns only: SECURITY LABEL FOR pg_exp_mech ON COLUMN table.column IS 'privacy_unit'".into());
     }
@@ -79,13 +92,33 @@ unsafe extern "C-unwind" fn check_label(
                 "pg_exp_mech knows one label, 'privacy_unit', not '{label}'"
             ));
         }
-        let others: Option<String> = select_one(
-            "SELECT string_agg(quote_ident(a.attname), ', ') FROM pg_catalog.pg_seclabel s
-               JOIN pg_catalog.pg_attribute a ON a.attrelid = s.objoid AND a.attnum = s.objsubid
-              WHERE s.provider = 'pg_exp_mech' AND s.classoid = 'pg_catalog.pg_class'::regclass
-                AND s.objoid = $1 AND s.objsubid <> $2",
-            &[relation.into(), column.into()],
-        );
+        // The plan sorts and hashes by the unit: a type without both is refused now,
+        // not by an error of the planner later.
+        // SAFETY: a column of an existing relation; the type cache entry lives on.
+        let suitable = unsafe {
+            let type_ = pg_sys::get_atttype(relation, column as i16);
+            let cache = pg_sys::lookup_type_cache(
+                type_,
+                (pg_sys::TYPECACHE_LT_OPR | pg_sys::TYPECACHE_HASH_EXTENDED_PROC) as i32,
+            );
+            (*cache).lt_opr != pg_sys::InvalidOid
+                && (*cache).hash_extended_proc != pg_sys::InvalidOid
+        };
+        if !suitable {
+            invalid("a privacy unit column needs a type with an ordering and a hash function (such as integer, bigint, text or uuid)".into());
+        }
+        // SAFETY: a catalog scan inside the command's transaction.
+        let others: Vec<String> = unsafe { column_labels(relation) }
+            .into_iter()
+            .filter(|&(attribute, _)| i32::from(attribute) != column)
+            // SAFETY: a column of an existing relation.
+            .map(|(attribute, _)| unsafe {
+                CStr::from_ptr(pg_sys::get_attname(relation, attribute, false))
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        let others = (!others.is_empty()).then(|| others.join(", "));
         if let Some(others) = others {
             invalid(format!("this table's privacy unit is already column {others}: remove that label first (IS NULL)"));
         }
@@ -106,83 +139,289 @@ pub fn unit_of(relation: Oid) -> Option<Unit> {
     unit
 }
 
+/// The unit of `relation` from the catalog: its own label, else the nearest ancestor's
+/// (a partition or inheritance child is protected by its parent's), else a descendant's
+/// (a parent whose partition is labelled reads that partition's people): the column of
+/// `relation` with the labelled column's name.
 fn look_up(relation: Oid) -> Option<Unit> {
-    let row = with_snapshot(|| {
-        Spi::connect(|client| {
-            client
-                .select(
-        "WITH RECURSIVE ancestors(relid) AS (
-             SELECT $1::pg_catalog.oid
-             UNION
-             SELECT i.inhparent FROM ancestors a
-               JOIN pg_catalog.pg_inherits i ON i.inhrelid = a.relid)
-         SELECT pg_catalog.format('%s', $1::pg_catalog.regclass), mine.attname::text, mine.attnum
-           FROM ancestors a
-           JOIN pg_catalog.pg_seclabel s ON s.objoid = a.relid AND s.provider = 'pg_exp_mech'
-                AND s.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass AND s.objsubid > 0
-           JOIN pg_catalog.pg_attribute labelled ON labelled.attrelid = a.relid AND labelled.attnum = s.objsubid
-           JOIN pg_catalog.pg_attribute mine ON mine.attrelid = $1 AND mine.attname = labelled.attname
-                AND NOT mine.attisdropped
-          LIMIT 1",
-                    Some(1),
-                    &[relation.into()],
-                )?
-                .first()
-                .get_three::<String, String, i16>()
-        })
-        .ok()
-    });
-    match row {
-        Some((Some(table), Some(column), Some(attribute))) => Some(Unit {
-            table,
-            column,
-            attribute,
-        }),
-        _ => None,
+    // SAFETY: catalog scans under the catalog snapshot (never the transaction's, which a
+    // REPEATABLE READ transaction would keep from before a label was added).
+    unsafe {
+        let mut seen = vec![relation];
+        let mut ancestors = vec![relation];
+        let mut i = 0;
+        while i < ancestors.len() {
+            let current = ancestors[i];
+            if let Some(unit) = unit_named_by(current, relation) {
+                return Some(unit);
+            }
+            for parent in inheritance(current, Direction::Parents) {
+                if !seen.contains(&parent) {
+                    seen.push(parent);
+                    ancestors.push(parent);
+                }
+            }
+            i += 1;
+        }
+        let mut descendants = inheritance(relation, Direction::Children);
+        let mut i = 0;
+        while i < descendants.len() {
+            let current = descendants[i];
+            if let Some(unit) = unit_named_by(current, relation) {
+                return Some(unit);
+            }
+            for child in inheritance(current, Direction::Children) {
+                if !seen.contains(&child) {
+                    seen.push(child);
+                    descendants.push(child);
+                }
+            }
+            i += 1;
+        }
+        None
     }
+}
+
+/// The unit that `labelled`'s label names, as a column of `relation` (found by name).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn unit_named_by(labelled: Oid, relation: Oid) -> Option<Unit> {
+    // SAFETY: catalog lookups of existing relations and columns.
+    unsafe {
+        let (attribute, _) = column_labels(labelled)
+            .into_iter()
+            .filter(|(_, label)| label == PRIVACY_UNIT)
+            .min()?;
+        let name = pg_sys::get_attname(labelled, attribute, true);
+        if name.is_null() {
+            return None;
+        }
+        let mine = pg_sys::get_attnum(relation, name);
+        if mine <= 0 {
+            return None;
+        }
+        Some(Unit {
+            table: relation_name(relation),
+            column: CStr::from_ptr(name).to_string_lossy().into_owned(),
+            attribute: mine,
+        })
+    }
+}
+
+/// A relation's name as a query would write it (qualified where the search path needs).
+fn relation_name(relation: Oid) -> String {
+    // SAFETY: a catalog lookup; the result is a palloc'd C string.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        if name.is_null() {
+            return relation.to_u32().to_string();
+        }
+        CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+/// pg_inherits, which pgrx does not bind: its oids and the leading columns of its rows.
+const INHERITS_RELATION: u32 = 2611;
+const INHERITS_RELID_SEQNO_INDEX: u32 = 2680;
+const INHERITS_PARENT_INDEX: u32 = 2187;
+#[repr(C)]
+struct InheritsRow {
+    inhrelid: Oid,
+    inhparent: Oid,
+}
+
+enum Direction {
+    Parents,
+    Children,
+}
+
+/// The direct parents or children of `relation` (partitions and inheritance).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn inheritance(relation: Oid, direction: Direction) -> Vec<Oid> {
+    let (index, column) = match direction {
+        Direction::Parents => (INHERITS_RELID_SEQNO_INDEX, 1),
+        Direction::Children => (INHERITS_PARENT_INDEX, 2),
+    };
+    let mut found = Vec::new();
+    // SAFETY: an index scan of pg_inherits under the catalog snapshot; each row starts
+    // with inhrelid and inhparent (catalog/pg_inherits.h).
+    unsafe {
+        scan(
+            INHERITS_RELATION,
+            index,
+            &[(column, relation)],
+            |tuple, _| {
+                let row = pg_sys::GETSTRUCT(tuple) as *const InheritsRow;
+                found.push(match direction {
+                    Direction::Parents => (*row).inhparent,
+                    Direction::Children => (*row).inhrelid,
+                });
+            },
+        );
+    }
+    found
+}
+
+/// pg_exp_mech's labels of `relation`'s columns: (column number, label).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn column_labels(relation: Oid) -> Vec<(i16, String)> {
+    // SAFETY: as the caller guarantees.
+    unsafe { labels_of(pg_sys::RelationRelationId, relation) }
+        .into_iter()
+        .filter(|&(column, _)| column > 0)
+        .map(|(column, label)| (column as i16, label))
+        .collect()
+}
+
+/// pg_exp_mech's labels of a function (on the function itself).
+pub fn function_labels(function: Oid) -> Vec<String> {
+    // SAFETY: a catalog scan; functions are looked up while a query is planned.
+    unsafe { labels_of(pg_sys::ProcedureRelationId, function) }
+        .into_iter()
+        .filter(|&(column, _)| column == 0)
+        .map(|(_, label)| label)
+        .collect()
+}
+
+/// pg_exp_mech's labels of an object of catalog `class`: (sub-object, label).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn labels_of(class: Oid, object: Oid) -> Vec<(i32, String)> {
+    let mut labels = Vec::new();
+    // SAFETY: an index scan of pg_seclabel under the catalog snapshot; provider and
+    // label are text columns, never NULL.
+    unsafe {
+        scan(
+            pg_sys::SecLabelRelationId.to_u32(),
+            pg_sys::SecLabelObjectIndexId,
+            &[
+                (pg_sys::Anum_pg_seclabel_objoid as i16, object),
+                (pg_sys::Anum_pg_seclabel_classoid as i16, class),
+            ],
+            |tuple, descriptor| {
+                let row = pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_seclabel;
+                let text = |column: u32| {
+                    let mut null = false;
+                    let datum = pg_sys::heap_getattr(tuple, column as i32, descriptor, &mut null);
+                    if null {
+                        String::new()
+                    } else {
+                        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+                        CStr::from_ptr(pg_sys::text_to_cstring(text.cast()))
+                            .to_string_lossy()
+                            .into_owned()
+                    }
+                };
+                if text(pg_sys::Anum_pg_seclabel_provider) == "pg_exp_mech" {
+                    labels.push(((*row).objsubid, text(pg_sys::Anum_pg_seclabel_label)));
+                }
+            },
+        );
+    }
+    labels
+}
+
+/// Calls `each` on every row of catalog `relation` whose oid columns equal the keys, by
+/// `index`, under the catalog snapshot.
+///
+/// # Safety
+/// A transaction must be open; the keys must be oid columns that `index` covers.
+pub unsafe fn scan(
+    relation: u32,
+    index: u32,
+    keys: &[(i16, Oid)],
+    mut each: impl FnMut(pg_sys::HeapTuple, pg_sys::TupleDesc),
+) {
+    // SAFETY: as the caller guarantees; the scan and the relation are closed before
+    // returning (an error aborts the transaction, which releases both).
+    unsafe {
+        let catalog = pg_sys::table_open(Oid::from(relation), pg_sys::AccessShareLock as i32);
+        let mut scan_keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); keys.len()];
+        for (key, &(column, value)) in scan_keys.iter_mut().zip(keys) {
+            pg_sys::ScanKeyInit(
+                key,
+                column,
+                pg_sys::BTEqualStrategyNumber as u16,
+                Oid::from(pg_sys::F_OIDEQ),
+                pg_sys::Datum::from(value),
+            );
+        }
+        let scan = pg_sys::systable_beginscan(
+            catalog,
+            Oid::from(index),
+            true,
+            std::ptr::null_mut(),
+            keys.len() as i32,
+            scan_keys.as_mut_ptr(),
+        );
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            each(tuple, (*catalog).rd_att);
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);
+    }
+}
+
+thread_local! {
+    /// Whether any privacy unit is declared in this database; cleared with UNITS.
+    static DECLARED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
 /// Whether any privacy unit is declared in this database.
 pub fn any_declared() -> bool {
-    select_one::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_seclabel WHERE provider = 'pg_exp_mech')",
-        &[],
-    )
-    .unwrap_or(false)
-}
-
-/// The first column of the first row of a read-only catalog query.
-pub fn select_one<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    query: &str,
-    arguments: &[pgrx::datum::DatumWithOid],
-) -> Option<T> {
-    with_snapshot(|| {
-        Spi::connect(|client| {
-            client
-                .select(query, Some(1), arguments)?
-                .first()
-                .get_one::<T>()
-        })
-        .ok()
-        .flatten()
-    })
-}
-
-/// Runs `f` with an active snapshot (a read-only SPI query needs one; planning a cached
-/// plan again may happen without).
-fn with_snapshot<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: a transaction is open (planning or a utility command runs in one); the
-    // snapshot pushed here is popped before returning, also on error (the transaction's
-    // abort pops it).
-    unsafe {
-        if pg_sys::ActiveSnapshotSet() {
-            return f();
-        }
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        let result = f();
-        pg_sys::PopActiveSnapshot();
-        result
+    if let Some(known) = DECLARED.with(|d| d.get()) {
+        return known;
     }
+    let mut declared = false;
+    // SAFETY: a heap scan of pg_seclabel (no index on the provider) under the catalog
+    // snapshot, for the label that pg_exp_mech's provider accepts on a column.
+    unsafe {
+        let catalog =
+            pg_sys::table_open(pg_sys::SecLabelRelationId, pg_sys::AccessShareLock as i32);
+        let scan = pg_sys::systable_beginscan(
+            catalog,
+            pg_sys::InvalidOid,
+            false,
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            let mut null = false;
+            let datum = pg_sys::heap_getattr(
+                tuple,
+                pg_sys::Anum_pg_seclabel_provider as i32,
+                (*catalog).rd_att,
+                &mut null,
+            );
+            if !null {
+                let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+                if CStr::from_ptr(pg_sys::text_to_cstring(text.cast())).to_bytes() == b"pg_exp_mech"
+                {
+                    declared = true;
+                    break;
+                }
+            }
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);
+    }
+    DECLARED.with(|d| d.set(Some(declared)));
+    declared
 }
 
 pgrx::extension_sql!(

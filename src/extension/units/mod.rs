@@ -13,6 +13,7 @@
 
 mod follow;
 mod functions;
+mod functions_called;
 mod labels;
 mod rewrite;
 #[cfg(any(test, feature = "pg_test"))]
@@ -53,7 +54,51 @@ pub fn install_units() {
 pub unsafe fn bound_by_units(query: *mut pg_sys::Query) {
     let mut enclosing = Vec::new();
     // SAFETY: as the caller guarantees.
-    unsafe { bound_level(query, &mut enclosing) };
+    unsafe {
+        bound_level(query, &mut enclosing);
+        pg_sys::query_tree_walker(query, Some(mark_seen), std::ptr::null_mut(), 0);
+    }
+}
+
+/// The parse location that marks a DP call this hook has seen (bounded, or found to read
+/// no protected row): negative, so no parsed call has it. The metering hook refuses,
+/// where units are declared, a DP call without it: one planned out of this hook's sight
+/// (the body of a SQL function that the planner inlines after the hook ran).
+const SEEN: i32 = -20_261_125;
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn mark_seen(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if is_a(node, NodeTag::T_Query) {
+            return pg_sys::query_tree_walker(node.cast(), Some(mark_seen), context, 0);
+        }
+        if is_a(node, NodeTag::T_Aggref) {
+            let aggref = node as *mut pg_sys::Aggref;
+            if dp_aggregate((*aggref).aggfnoid).is_some() {
+                (*aggref).location = SEEN;
+            }
+        } else if is_a(node, NodeTag::T_WindowFunc) {
+            let function = node as *mut pg_sys::WindowFunc;
+            if dp_aggregate((*function).winfnoid).is_some() {
+                (*function).location = SEEN;
+            }
+        }
+        pg_sys::expression_tree_walker(node, Some(mark_seen), context)
+    }
+}
+
+/// Refuses a DP call that the planner hook did not see (`location`), where privacy
+/// units are declared.
+pub fn require_seen(location: i32, aggregate: &str) {
+    if location != SEEN && any_declared() {
+        crate::extension::raise(crate::error::Error::UnitsUnavailable {
+            reason: format!("{aggregate} was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)"),
+        });
+    }
 }
 
 /// # Safety
@@ -73,6 +118,14 @@ unsafe fn bound_level(query: *mut pg_sys::Query, enclosing: &mut Vec<*mut pg_sys
         let calls = dp_calls(query);
         if calls.is_empty() {
             return;
+        }
+        if any_declared() {
+            if let Some(function) = functions_called::opaque_function(query) {
+                crate::extension::raise(crate::error::Error::OpaqueFunction {
+                    function,
+                    aggregate: calls.name().into(),
+                });
+            }
         }
         let source = follow::unit_of_query(query, enclosing, calls.name()).or_raise();
         if let Some(source) = source {

@@ -81,17 +81,30 @@ fn functions() -> Functions {
     if let Some(known) = FUNCTIONS.with(|f| *f.borrow()) {
         return known;
     }
-    let schema: String = super::labels::select_one(
-        "SELECT n.nspname::text FROM pg_catalog.pg_extension e
-           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
-          WHERE e.extname = 'pg_exp_mech'",
-        &[],
-    )
-    .unwrap_or_else(|| {
-        crate::extension::raise(Error::UnitsUnavailable {
-            reason: "the pg_exp_mech extension is not created in this database".into(),
-        })
-    });
+    // SAFETY: pg_extension scanned by oid under the catalog snapshot; its rows start
+    // with the fixed columns of FormData_pg_extension.
+    let schema: String = unsafe {
+        let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
+        let mut namespace = pg_sys::InvalidOid;
+        super::labels::scan(
+            pg_sys::ExtensionRelationId.to_u32(),
+            pg_sys::ExtensionOidIndexId,
+            &[(pg_sys::Anum_pg_extension_oid as i16, extension)],
+            |tuple, _| {
+                namespace = (*(pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_extension))
+                    .extnamespace;
+            },
+        );
+        let name = pg_sys::get_namespace_name(namespace);
+        if name.is_null() {
+            crate::extension::raise(Error::UnitsUnavailable {
+                reason: "the pg_exp_mech extension is not created in this database".into(),
+            })
+        }
+        std::ffi::CStr::from_ptr(name)
+            .to_string_lossy()
+            .into_owned()
+    };
     let find = |name: &str, arguments: &[Oid]| -> Oid {
         // SAFETY: a qualified name list built here; LookupFuncName raises if missing.
         unsafe {
@@ -161,6 +174,10 @@ fn is_share(function: Oid) -> bool {
 #[derive(Clone, Copy)]
 struct Bounded {
     family: Family,
+    /// The item (selection) or value (quantile) as the rows were bounded by it.
+    value: *mut pg_sys::Var,
+    /// The call's FILTER, as the rows were bounded by it.
+    filter: Option<*mut pg_sys::Var>,
     /// The row's unit-level score (selection).
     score: *mut pg_sys::Expr,
     /// The condition that keeps the call's rows.
@@ -205,12 +222,24 @@ impl Inner {
     /// Adds a column that windows partition or sort by; its sort-group reference.
     unsafe fn key(&mut self, expression: *mut pg_sys::Expr, name: &str) -> u32 {
         // SAFETY: as column's.
+        unsafe { self.key_column(expression, name).0 }
+    }
+
+    /// Adds a column that windows partition or sort by: its sort-group reference, and a
+    /// Var of it for the outer level (which reads the value the rows were bounded by,
+    /// never a second evaluation of a volatile expression).
+    unsafe fn key_column(
+        &mut self,
+        expression: *mut pg_sys::Expr,
+        name: &str,
+    ) -> (u32, *mut pg_sys::Var) {
+        // SAFETY: as column's.
         unsafe {
-            self.column(expression, name);
+            let var = self.column(expression, name);
             self.references += 1;
             let entry = *self.entries.last().expect("just added");
             (*entry).ressortgroupref = self.references;
-            self.references
+            (self.references, var)
         }
     }
 
@@ -335,11 +364,19 @@ pub unsafe fn bound(
                 .map(|clause| copy(grouped_expression(q, (*clause).tleSortGroupRef)))
                 .collect();
         let grouped = !group_keys.is_empty();
-        let groups: Vec<u32> = group_keys
+        if group_keys
+            .iter()
+            .any(|&key| pg_sys::expression_returns_set(key.cast()))
+        {
+            return refuse(
+                "grouped by a set-returning function: group by a column or a per-row expression",
+            );
+        }
+        let (groups, group_vars): (Vec<u32>, Vec<*mut pg_sys::Var>) = group_keys
             .iter()
             .enumerate()
-            .map(|(i, &key)| inner.key(key, &format!("group_{}", i + 1)))
-            .collect();
+            .map(|(i, &key)| inner.key_column(key, &format!("group_{}", i + 1)))
+            .unzip();
         let mut where_clause: *mut pg_sys::Expr = std::ptr::null_mut();
         if grouped {
             // Each unit's groups in the order of a keyed hash (ties, which need a 64-bit
@@ -410,17 +447,22 @@ pub unsafe fn bound(
             }
             let mut partition = vec![unit, of_null];
             partition.extend(&groups);
+            let mut filter = None;
             if !(*aggref).aggfilter.is_null() {
-                partition.push(inner.key(
+                let (reference, var) = inner.key_column(
                     copy((*aggref).aggfilter.cast()),
                     &format!("filter_{}", number + 1),
-                ));
+                );
+                partition.push(reference);
+                filter = Some(var);
             }
             let groups_divisor = || call(f.max_groups, pg_sys::INT8OID, &[]);
             let one = int8(1);
             let plan = match aggregate.family {
                 Family::Selection => {
-                    partition.push(inner.key(copy(arguments[0]), &format!("item_{}", number + 1)));
+                    let (reference, item) =
+                        inner.key_column(copy(arguments[0]), &format!("item_{}", number + 1));
+                    partition.push(reference);
                     let numeric = pg_sys::exprType(arguments[1].cast()) == pg_sys::NUMERICOID;
                     let read = if numeric { f.numeric_score } else { f.score };
                     let score = call(read, pg_sys::FLOAT8OID, &[copy(arguments[1])]);
@@ -457,6 +499,8 @@ pub unsafe fn bound(
                     };
                     Bounded {
                         family: aggregate.family,
+                        value: item,
+                        filter,
                         score,
                         keep: compare("=", columns[0].cast(), one),
                         divisor: grouped.then(groups_divisor),
@@ -465,6 +509,7 @@ pub unsafe fn bound(
                     }
                 }
                 Family::Quantile(_) => {
+                    let value = inner.column(copy(arguments[0]), &format!("value_{}", number + 1));
                     let mut missing = PgBox::<pg_sys::NullTest>::alloc_node(NodeTag::T_NullTest);
                     missing.arg = copy(arguments[0]);
                     missing.nulltesttype = pg_sys::NullTestType::IS_NULL;
@@ -490,6 +535,8 @@ pub unsafe fn bound(
                     let values = call(f.max_values, pg_sys::INT8OID, &[]);
                     Bounded {
                         family: aggregate.family,
+                        value: value,
+                        filter,
                         score: std::ptr::null_mut(),
                         keep: compare(
                             "<=",
@@ -519,6 +566,8 @@ pub unsafe fn bound(
                     )[0];
                     Bounded {
                         family: aggregate.family,
+                        value: std::ptr::null_mut(),
+                        filter,
                         score: std::ptr::null_mut(),
                         keep: compare("=", first.cast(), one),
                         divisor: grouped.then(groups_divisor),
@@ -540,6 +589,17 @@ pub unsafe fn bound(
         let context = (&mut remap as *mut Remap).cast();
         let target_list = mutate(q.targetList.cast(), context) as *mut pg_sys::List;
         let having = mutate(q.havingQual, context);
+        // The outer level groups by the keys the rows were bounded by.
+        for (clause, &var) in PgList::<pg_sys::SortGroupClause>::from_pg(q.groupClause)
+            .iter_ptr()
+            .zip(&group_vars)
+        {
+            for entry in PgList::<pg_sys::TargetEntry>::from_pg(target_list).iter_ptr() {
+                if (*entry).ressortgroupref == (*clause).tleSortGroupRef {
+                    (*entry).expr = copy(var.cast());
+                }
+            }
+        }
         // The inner query: the level's FROM and WHERE, one level further down.
         let mut bounded_rows = PgBox::<pg_sys::Query>::alloc_node(NodeTag::T_Query);
         bounded_rows.commandType = pg_sys::CmdType::CMD_SELECT;
@@ -675,6 +735,8 @@ unsafe fn bounded_call(
         {
             (*entry).expr = if matches!(plan.family, Family::Selection) && position == 1 {
                 pg_sys::copyObjectImpl(plan.score.cast()).cast()
+            } else if position == 0 && !plan.value.is_null() {
+                pg_sys::copyObjectImpl(plan.value.cast()).cast()
             } else {
                 mutate((*entry).expr.cast(), context).cast()
             };
@@ -685,11 +747,9 @@ unsafe fn bounded_call(
             }
         }
         let keep = copy(plan.keep);
-        (*copy_).aggfilter = if (*aggref).aggfilter.is_null() {
-            keep
-        } else {
-            let filter = mutate((*aggref).aggfilter.cast(), context);
-            pg_sys::make_andclause(list(&[filter.cast(), keep]))
+        (*copy_).aggfilter = match plan.filter {
+            None => keep,
+            Some(filter) => pg_sys::make_andclause(list(&[copy(filter.cast()), keep])),
         };
         copy_.cast()
     }

@@ -276,8 +276,8 @@ mod tests {
                 "through a subquery in WHERE, ON, the select list or HAVING (IN, EXISTS or a scalar subquery), which combines rows of different units: join the table in FROM instead",
             ),
             (
-                "SELECT dp_argmax(r.item, 1, 1) FROM rated_too t JOIN rated r ON r.person = t.person",
-                "joined to \"rated_too\", another table with a privacy unit: joins of two protected tables are not supported yet; join one of them to public tables only",
+                "SELECT dp_argmax(r.item, 1, 1) FROM rated_too t JOIN rated r ON r.item = t.item",
+                "joined to \"rated_too\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on rated.person = rated_too.person (or join one of them to public tables only)",
             ),
             (
                 "SELECT item, dp_argmax(item, 1, 1) FROM rated GROUP BY ROLLUP (item)",
@@ -403,7 +403,10 @@ mod tests {
             )
         };
         // (LLVM's JIT fails to allocate memory on some machines for plans this size.)
-        run(&["SET pg_exp_mech.max_groups_per_unit = 2", "SET LOCAL jit = off"]);
+        run(&[
+            "SET pg_exp_mech.max_groups_per_unit = 2",
+            "SET LOCAL jit = off",
+        ]);
         // Broken twin first: no label, so each of the target's rows counts.
         assert_caught(finding(false), 1.0);
         assert_caught(finding(true), 1.0);
@@ -415,5 +418,159 @@ mod tests {
         assert_private(finding(false), 1.0);
         assert_private(finding(true), 1.0);
         run(&["RESET pg_exp_mech.max_groups_per_unit"]);
+    }
+
+    /// Per group g: person g·100 + 1 has 1,000 rows of b; ten others one row of a each.
+    /// At ε = 5 per person, b wins with probability e^-45; per row, almost always.
+    fn heavy_b_table(name: &str) {
+        run(&[
+            &format!("CREATE TABLE {name}(person int, g int, item text, score float8)"),
+            &format!(
+                "INSERT INTO {name} SELECT g * 100 + 1, g, 'b', 1 FROM generate_series(1, 20) g, generate_series(1, 1000)
+                 UNION ALL SELECT g * 100 + p, g, 'a', 1 FROM generate_series(1, 20) g, generate_series(2, 11) p"
+            ),
+            &format!("SECURITY LABEL FOR pg_exp_mech ON COLUMN {name}.person IS 'privacy_unit'"),
+        ]);
+    }
+
+    fn b_wins(query: &str) -> usize {
+        column(query).iter().filter(|answer| *answer == "b").count()
+    }
+
+    /// The red team's findings (each failed before its fix): an analyst's operator on
+    /// search_path switched the catalog lookup off; a function's SET clause undone under
+    /// an open cursor made groups run at ε while the filter kept L = 1000 groups; volatile
+    /// expressions were computed again above the bounding; a labelled partition did not
+    /// protect reads through its parent; SQL functions hid the table or the DP call.
+    #[pg_test]
+    fn units_red_team_findings_stay_fixed() {
+        heavy_b_table("hijacked");
+        let draws =
+            "SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM hijacked GROUP BY g";
+        // 1. An operator = on oid that is always false, first on search_path.
+        run(&[
+            "CREATE SCHEMA evil",
+            "CREATE FUNCTION evil.never(oid, oid) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT false'",
+            "CREATE OPERATOR evil.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = evil.never)",
+            "SECURITY LABEL FOR pg_exp_mech ON FUNCTION evil.never(oid, oid) IS 'reads_no_tables'",
+            "SET LOCAL search_path = evil, pg_catalog, public",
+        ]);
+        assert_eq!(b_wins(draws), 0, "bounded whatever the search path");
+        run(&["SET LOCAL search_path = public"]);
+        // 2. L fixed when the statement starts: a cursor opened under SET L = 1000 runs
+        // its 20 groups of person 7 at ε/1000 (b about half the time), never at ε.
+        run(&[
+            "CREATE TABLE spread_b(person int, g int, item text, score float8)",
+            "INSERT INTO spread_b SELECT 7, g, 'b', 1 FROM generate_series(1, 60) g",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN spread_b.person IS 'privacy_unit'",
+            "CREATE FUNCTION open_spread(c refcursor) RETURNS refcursor LANGUAGE plpgsql
+               SET pg_exp_mech.max_groups_per_unit = 1000 AS $$
+               DECLARE r record; BEGIN
+                 OPEN c FOR SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) AS answer, g
+                              FROM spread_b GROUP BY g ORDER BY g;
+                 FETCH c INTO r; RETURN c; END $$",
+            "SECURITY LABEL FOR pg_exp_mech ON FUNCTION open_spread(refcursor) IS 'reads_no_tables'",
+            "SET LOCAL enable_hashagg = off",
+            "SELECT open_spread('spread_cursor')",
+        ]);
+        let rest = column("FETCH ALL FROM spread_cursor");
+        assert_eq!(rest.len(), 59, "all of person 7's groups at L = 1000");
+        let b = rest.iter().filter(|answer| *answer == "b").count();
+        assert!(
+            (10..=49).contains(&b),
+            "ε/1000 per group gives b about half the time: {b} of 59"
+        );
+        run(&["CLOSE spread_cursor"]);
+        // 3. Volatile expressions are computed once, below the bounding: every row here
+        // gets an item of its own, so a and b both score 0.
+        run(&[
+            "CREATE TEMP SEQUENCE seen_rows",
+            "CREATE TEMP SEQUENCE seen_items",
+            "CREATE TEMP SEQUENCE own_items",
+        ]);
+        let volatile = b_wins(
+            "SELECT dp_argmax(CASE WHEN nextval('seen_items') <= currval('seen_rows') THEN '#' || nextval('own_items') ELSE item END,
+                              score, 5.0, 1, ARRAY['a', 'b'])
+               FROM hijacked WHERE nextval('seen_rows') > 0 GROUP BY g",
+        );
+        assert!(
+            (1..=19).contains(&volatile),
+            "b {volatile} of 20, expected about half"
+        );
+        // 4. A labelled partition protects reads through its parent.
+        run(&[
+            "CREATE TABLE parted_b(person int, g int, item text, score float8) PARTITION BY RANGE (g)",
+            "CREATE TABLE parted_b_low PARTITION OF parted_b FOR VALUES FROM (0) TO (1000)",
+            "INSERT INTO parted_b SELECT * FROM hijacked",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN parted_b_low.person IS 'privacy_unit'",
+        ]);
+        assert_eq!(
+            b_wins(
+                "SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM parted_b GROUP BY g"
+            ),
+            0
+        );
+        // 5. Functions out of sight: a SQL function over the table in FROM, a DP call
+        // inside an inlinable SQL function; a declared function passes.
+        run(&[
+            "CREATE FUNCTION all_hijacked() RETURNS SETOF hijacked LANGUAGE sql STABLE AS 'SELECT * FROM hijacked'",
+            "CREATE FUNCTION dp_hidden() RETURNS SETOF text LANGUAGE sql STABLE
+               AS $$SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM hijacked$$",
+            "CREATE FUNCTION twice(x float8) RETURNS float8 LANGUAGE sql IMMUTABLE AS 'SELECT 2 * x'",
+        ]);
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM all_hijacked()"),
+            "0A000: dp_argmax cannot run with function all_hijacked() where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, its owner may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION all_hijacked() IS 'reads_no_tables'"
+        );
+        assert_eq!(
+            error_of("SELECT * FROM dp_hidden()"),
+            "55000: privacy units are declared in this database, but dp_argmax was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)"
+        );
+        assert!(
+            error_of("SELECT dp_argmax(item, twice(score), 5.0, 1) FROM hijacked")
+                .starts_with("0A000: dp_argmax cannot run with function twice(double precision)")
+        );
+        run(&["SECURITY LABEL FOR pg_exp_mech ON FUNCTION twice(float8) IS 'reads_no_tables'"]);
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, twice(score), 5.0, 1) FROM hijacked"),
+            "no error"
+        );
+        assert_eq!(
+            error_of("SECURITY LABEL FOR pg_exp_mech ON FUNCTION twice(float8) IS 'pure'"),
+            "22023: on a function, pg_exp_mech knows one label, 'reads_no_tables', not 'pure'"
+        );
+    }
+
+    /// Two protected tables joined on the unit count each person once; joined otherwise,
+    /// refused. Unit columns without ordering or hashing, and set-returning group keys,
+    /// are refused.
+    #[pg_test]
+    fn units_join_on_the_unit_and_refuse_the_rest() {
+        heavy_b_table("visits_b");
+        run(&[
+            "CREATE TABLE profiles(person int, country text)",
+            "INSERT INTO profiles SELECT DISTINCT person, 'x' FROM visits_b",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN profiles.person IS 'privacy_unit'",
+        ]);
+        for query in [
+            "SELECT dp_argmax(v.item, v.score, 5.0, 1, ARRAY['a', 'b']) FROM visits_b v JOIN profiles p ON p.person = v.person GROUP BY v.g",
+            "SELECT dp_argmax(v.item, v.score, 5.0, 1, ARRAY['a', 'b']) FROM profiles p LEFT JOIN visits_b v ON v.person = p.person GROUP BY v.g",
+            "SELECT dp_argmax(v.item, v.score, 5.0, 1, ARRAY['a', 'b']) FROM visits_b v JOIN profiles p USING (person) JOIN profiles q USING (person) GROUP BY v.g",
+        ] {
+            assert_eq!(b_wins(query), 0, "{query}");
+        }
+        assert_eq!(
+            error_of("SELECT dp_argmax(v.item, 1, 1.0) FROM visits_b v JOIN profiles p ON p.country = v.item"),
+            "0A000: rows of table \"profiles\", whose privacy unit is column \"person\", reach dp_argmax joined to \"visits_b\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on profiles.person = visits_b.person (or join one of them to public tables only)"
+        );
+        run(&["CREATE TABLE places(spot point, item text)"]);
+        assert_eq!(
+            error_of("SECURITY LABEL FOR pg_exp_mech ON COLUMN places.spot IS 'privacy_unit'"),
+            "22023: a privacy unit column needs a type with an ordering and a hash function (such as integer, bigint, text or uuid)"
+        );
+        assert_eq!(
+            error_of("SELECT generate_series(1, 2), dp_argmax(item, 1, 1.0) FROM visits_b GROUP BY 1"),
+            "0A000: rows of table \"visits_b\", whose privacy unit is column \"person\", reach dp_argmax grouped by a set-returning function: group by a column or a per-row expression"
+        );
     }
 }
