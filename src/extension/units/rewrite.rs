@@ -535,7 +535,7 @@ pub unsafe fn bound(
                     let values = call(f.max_values, pg_sys::INT8OID, &[]);
                     Bounded {
                         family: aggregate.family,
-                        value: value,
+                        value,
                         filter,
                         score: std::ptr::null_mut(),
                         keep: compare(
