@@ -94,6 +94,12 @@ unsafe extern "C-unwind" fn mark_seen(node: *mut pg_sys::Node, context: *mut c_v
 /// Refuses a DP call that the planner hook did not see (`location`), where privacy
 /// units are declared.
 pub fn require_seen(location: i32, aggregate: &str) {
+    // A parallel worker's copy of the plan comes through nodeToString, which drops
+    // parse locations: the leader, which started the same plan, checked its calls.
+    // SAFETY: a process-wide integer PostgreSQL sets when a worker starts.
+    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+        return;
+    }
     if location != SEEN && any_declared() {
         crate::extension::raise(crate::error::Error::UnitsUnavailable {
             reason: format!("{aggregate} was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)"),

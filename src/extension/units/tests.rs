@@ -535,6 +535,17 @@ mod tests {
             error_of("SELECT dp_argmax(item, twice(score), 5.0, 1) FROM hijacked"),
             "no error"
         );
+        // A parallel worker's copy of the plan has no parse locations: complete DP
+        // aggregations under a Parallel Append still run (the leader checked them).
+        run(&[
+            "CREATE TABLE public_numbers AS SELECT i AS v FROM generate_series(1, 100000) i",
+            "ANALYZE public_numbers",
+        ]);
+        force_parallel_plans();
+        let union = "SELECT dp_quantile(v, 0.5, 0, 100000, 1.0)::text FROM public_numbers
+                     UNION ALL SELECT dp_quantile(v, 0.5, 0, 100000, 1.0)::text FROM public_numbers";
+        assert!(plan(union).contains("Parallel Append"), "{}", plan(union));
+        assert_eq!(column(union).len(), 2);
         assert_eq!(
             error_of("SECURITY LABEL FOR pg_exp_mech ON FUNCTION twice(float8) IS 'pure'"),
             "22023: on a function, pg_exp_mech knows one label, 'reads_no_tables', not 'pure'"
