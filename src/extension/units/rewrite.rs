@@ -9,15 +9,14 @@
 //! becomes (L = max_groups_per_unit, m = max_values_per_unit, read when the plan runs)
 //!
 //! ```sql
-//! SELECT g, dp_argmax(item, score_1, dp_unit_share(ε, L)) FILTER (WHERE first_1 = 1),
-//!        dp_quantile(v, α, lo, hi, dp_unit_share(ε, L·m)) FILTER (WHERE sample_2 <= m)
+//! SELECT g, dp_argmax(item, score_1, dp_unit_share(ε, L)) FILTER (WHERE group_rank <= L AND first_1 = 1),
+//!        dp_quantile(v, α, lo, hi, dp_unit_share(ε, L·m)) FILTER (WHERE group_rank <= L AND sample_2 <= m)
 //!   FROM (SELECT <the columns the level reads>,
 //!                dense_rank() OVER (PARTITION BY unit ORDER BY keyed_hash(unit, g), g) AS group_rank,
 //!                row_number() OVER (PARTITION BY unit, g, item) AS first_1,
 //!                sum(dp_unit_score(score)) OVER (PARTITION BY unit, g, item) AS score_1,
 //!                row_number() OVER (PARTITION BY unit, g ORDER BY v IS NULL, dp_unit_priority()) AS sample_2
 //!           FROM <from> WHERE <where>) AS privacy_unit_bounded
-//!  WHERE group_rank <= L
 //!  GROUP BY g
 //! ```
 //!
@@ -377,7 +376,11 @@ pub unsafe fn bound(
             .enumerate()
             .map(|(i, &key)| inner.key_column(key, &format!("group_{}", i + 1)))
             .unzip();
-        let mut where_clause: *mut pg_sys::Expr = std::ptr::null_mut();
+        // Each DP call keeps the rows of a unit's first L groups through its FILTER, not a
+        // WHERE: a group whose rows all belong to units that chose other groups must still
+        // be output (with a public key table joined in, which keys come out would
+        // otherwise tell who chose what).
+        let mut in_chosen_group: Option<*mut pg_sys::Expr> = None;
         if grouped {
             // Each unit's groups in the order of a keyed hash (ties, which need a 64-bit
             // collision, broken by the keys): the unit keeps its first L.
@@ -427,7 +430,11 @@ pub unsafe fn bound(
                     "group_rank",
                 )],
             )[0];
-            where_clause = compare("<=", rank.cast(), call(f.max_groups, pg_sys::INT8OID, &[]));
+            in_chosen_group = Some(compare(
+                "<=",
+                rank.cast(),
+                call(f.max_groups, pg_sys::INT8OID, &[]),
+            ));
         }
         // How each call is bounded.
         let mut bounded: HashMap<usize, Bounded> = HashMap::new();
@@ -576,6 +583,10 @@ pub unsafe fn bound(
                     }
                 }
             };
+            let mut plan = plan;
+            if let Some(chosen) = in_chosen_group {
+                plan.keep = pg_sys::make_andclause(list(&[copy(chosen), plan.keep]));
+            }
             bounded.insert(aggref as usize, plan);
         }
         // The outer level reads the inner query's columns.
@@ -637,7 +648,7 @@ pub unsafe fn bound(
         q.rtable = pg_sys::lappend(std::ptr::null_mut(), rte.into_pg().cast());
         q.jointree = pg_sys::makeFromExpr(
             pg_sys::lappend(std::ptr::null_mut(), reference.into_pg().cast()),
-            where_clause.cast(),
+            std::ptr::null_mut(),
         );
         q.cteList = std::ptr::null_mut();
         q.hasRecursive = false;

@@ -181,32 +181,49 @@ mod tests {
     }
 
     /// With L groups per person, a person in 5 groups counts in exactly L of them, chosen
-    /// uniformly; the statement is charged its ε whatever L and m are.
+    /// uniformly; every group still comes out (a public key must not vanish when its
+    /// people chose other groups); the statement is charged its ε whatever L and m are.
+    ///
+    /// Seen through dp_argmax at ε = 1000: in each group (d, g) a row whose unit is NULL
+    /// gives 'a' 0.5, and person d's row gives 'b' 1 where the person kept the group, so
+    /// 'b' wins exactly in the person's kept groups (otherwise 'a' at odds e^-100 or less).
     #[pg_test]
     fn units_group_by_keeps_l_groups_per_person_and_charges_epsilon() {
         run(&[
-            "CREATE TABLE spread(person bigint, g int, v float8)",
-            "INSERT INTO spread SELECT p, g, p % 7 FROM generate_series(1, 3000) p, generate_series(1, 5) g,
-                                              generate_series(1, 1 + (p + g) % 3)",
+            "CREATE TABLE spread(person bigint, d int, g int, item text, score float8, v float8)",
+            "INSERT INTO spread SELECT d, d, g, 'b', 1, g FROM generate_series(1, 600) d, generate_series(1, 5) g,
+                                       generate_series(1, 1 + (d + g) % 3)
+                   UNION ALL SELECT NULL, d, g, 'a', 0.5, 0 FROM generate_series(1, 600) d, generate_series(1, 5) g",
             "SECURITY LABEL FOR pg_exp_mech ON COLUMN spread.person IS 'privacy_unit'",
         ]);
         for l in [1usize, 2, 5] {
             run(&[&format!("SET pg_exp_mech.max_groups_per_unit = {l}")]);
-            // count(DISTINCT person) reads the same bounded rows as the DP aggregates.
-            let per_group: Vec<u64> = column(
-                "SELECT n::text FROM (SELECT g, count(DISTINCT person) AS n, dp_partition(1, 1e-6) AS kept
-                                  FROM spread GROUP BY g) s ORDER BY g",
-            )
+            let kept: Vec<(u64, u64)> = column(&format!(
+                "SELECT d || ' ' || g FROM (SELECT d, g, dp_argmax(item, score, {}, 1, ARRAY['a', 'b']) AS answer
+                                             FROM spread GROUP BY d, g) s WHERE answer = 'b'",
+                1000 * l
+            ))
             .iter()
-            .map(|c| c.parse().unwrap())
+            .map(|c| {
+                let (d, g) = c.split_once(' ').unwrap();
+                (d.parse().unwrap(), g.parse().unwrap())
+            })
             .collect();
-            assert_eq!(
-                per_group.iter().sum::<u64>(),
-                3000 * l as u64,
-                "L = {l}: {per_group:?}"
+            let groups = column("SELECT count(*)::text FROM (SELECT d, g, dp_argmax(item, score, 1.0) FROM spread GROUP BY d, g) s");
+            assert_eq!(groups, ["3000"], "every group comes out");
+            let mut per_person = std::collections::HashMap::<u64, usize>::new();
+            let mut per_group = [0u64; 5];
+            for &(d, g) in &kept {
+                *per_person.entry(d).or_default() += 1;
+                per_group[(g - 1) as usize] += 1;
+            }
+            assert_eq!(per_person.len(), 600, "L = {l}");
+            assert!(
+                per_person.values().all(|&n| n == l),
+                "L = {l}: a person in other than L groups"
             );
             if l < 5 {
-                // Each person's choice is uniform over its 5 groups.
+                // Each person's choice is uniform over its 5 groups, whatever its rows.
                 let fit = p_value(&per_group, &[0.2; 5]);
                 assert!(fit >= SIGNIFICANCE, "L = {l}: {per_group:?}, p = {fit:e}");
             }
@@ -219,7 +236,7 @@ mod tests {
         assert_eq!(
             charged(
                 "spread_analyst",
-                "SELECT g, dp_quantile(v, 0.5, 0, 10, 0.5), dp_argmax(v, 1, 0.25, 1, ARRAY[1, 2]::float8[])
+                "SELECT g, dp_quantile(v, 0.5, 0, 10, 0.5), dp_argmax(item, 1, 0.25, 1, ARRAY['a', 'b'])
                    FROM spread GROUP BY g"
             ),
             (2, 0.75)
@@ -574,6 +591,22 @@ mod tests {
             error_of("SELECT dp_argmax(v.item, 1, 1.0) FROM visits_b v JOIN profiles p ON p.country = v.item"),
             "0A000: rows of table \"profiles\", whose privacy unit is column \"person\", reach dp_argmax joined to \"visits_b\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on profiles.person = visits_b.person (or join one of them to public tables only)"
         );
+        // Public keys all come out, whoever chose which group (the red team's
+        // reproduction: person 1 in groups a and b, at L = 1).
+        run(&[
+            "CREATE TABLE chosen(person int, g text, v float8)",
+            "INSERT INTO chosen VALUES (1, 'a', 1), (1, 'b', 2)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN chosen.person IS 'privacy_unit'",
+            "CREATE TABLE public_keys(g text PRIMARY KEY)",
+            "INSERT INTO public_keys VALUES ('a'), ('b'), ('c')",
+        ]);
+        for _ in 0..10 {
+            assert_eq!(
+                column("SELECT k.g FROM public_keys k LEFT JOIN chosen c ON c.g = k.g
+                         GROUP BY k.g HAVING dp_quantile(c.v, 0.5, 0, 10, 1.0) IS NOT NULL ORDER BY k.g"),
+                ["a", "b", "c"]
+            );
+        }
         run(&["CREATE TABLE places(spot point, item text)"]);
         assert_eq!(
             error_of("SECURITY LABEL FOR pg_exp_mech ON COLUMN places.spot IS 'privacy_unit'"),
