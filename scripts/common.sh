@@ -137,3 +137,16 @@ cluster_psql() {
     local dir="$1" port="$2"; shift 2
     "$(pg_bindir)/psql" -X -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres "$@"
 }
+
+# The Python environment of the MovieLens privacy-unit study (.venv-units,
+# bench/requirements-units.txt): OpenDP 0.14 with Polars, psycopg. Apart from .venv because
+# bench/requirements.txt pins OpenDP 0.13. Re-created when the requirements change.
+ensure_units_venv() {
+    if [ ! -x "$REPO/.venv-units/bin/python" ] || ! cmp -s "$REPO/bench/requirements-units.txt" "$REPO/.venv-units/requirements.txt"; then
+        say "creating .venv-units with bench/requirements-units.txt"
+        python3 -m venv "$REPO/.venv-units"
+        "$REPO/.venv-units/bin/pip" install -q --upgrade pip
+        "$REPO/.venv-units/bin/pip" install -q -r "$REPO/bench/requirements-units.txt"
+        cp "$REPO/bench/requirements-units.txt" "$REPO/.venv-units/requirements.txt"
+    fi
+}
