@@ -381,6 +381,10 @@ pub unsafe fn bound(
         // be output (with a public key table joined in, which keys come out would
         // otherwise tell who chose what).
         let mut in_chosen_group: Option<*mut pg_sys::Expr> = None;
+        // The groups' hash, which the calls' windows also partition by (a function of the
+        // unit and the group: the same partitions), so that one sort by (unit, hash,
+        // group, ...) serves the group ranks and every call.
+        let mut group_hash: Option<u32> = None;
         if grouped {
             // Each unit's groups in the order of a keyed hash (ties, which need a 64-bit
             // collision, broken by the keys): the unit keeps its first L.
@@ -409,7 +413,9 @@ pub unsafe fn bound(
                     &[row(&hashed), int8(0)],
                 )],
             );
-            let mut order = vec![inner.key(hash, "group_hash")];
+            let hash = inner.key(hash, "group_hash");
+            group_hash = Some(hash);
+            let mut order = vec![hash];
             for (i, &key) in group_keys.iter().enumerate() {
                 let cache = pg_sys::lookup_type_cache(
                     pg_sys::exprType(key.cast()),
@@ -453,6 +459,7 @@ pub unsafe fn bound(
                 return refuse("with DISTINCT inside the call: drop DISTINCT, a unit already counts once per item");
             }
             let mut partition = vec![unit, of_null];
+            partition.extend(group_hash);
             partition.extend(&groups);
             let mut filter = None;
             if !(*aggref).aggfilter.is_null() {
