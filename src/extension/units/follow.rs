@@ -46,12 +46,17 @@ pub unsafe fn unit_of_query(
     // SAFETY: the range table holds RangeTblEntries of this query; the catalog lookups
     // read existing relations.
     unsafe {
+        note_protected_ctes(enclosing);
+        note_protected_ctes(&[query]);
         let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
         for (index, rte) in rtable.iter_ptr().enumerate() {
             let rti = (index + 1) as i32;
             match (*rte).rtekind {
                 pg_sys::RTEKind::RTE_RELATION => {
                     if let Some(unit) = unit_of((*rte).relid) {
+                        if unit.attribute <= 0 {
+                            return Err(refusal(&unit, aggregate, "through a parent table that lacks the unit column of its labelled child: label a column of the parent that every child has"));
+                        }
                         let expression = column_var((*rte).relid, rti, unit.attribute);
                         sources.push(Source { unit, expression });
                     }
@@ -224,7 +229,28 @@ unsafe fn conjuncts(
             let join = node as *mut pg_sys::JoinExpr;
             conjuncts((*join).larg, found);
             conjuncts((*join).rarg, found);
-            conjuncts((*join).quals, found);
+            let mut on = Vec::new();
+            conjuncts((*join).quals, &mut on);
+            // An outer join's ON removes no row of a preserved side: an equality there
+            // links two units only if no preserved side holds both (matched rows satisfy
+            // it, the others are NULL on the side it names).
+            let (left, right) = (range_indexes((*join).larg), range_indexes((*join).rarg));
+            let side = |var: *mut pg_sys::Var| {
+                (left.contains(&(*var).varno), right.contains(&(*var).varno))
+            };
+            for (a, b) in on {
+                let ((a_left, a_right), (b_left, b_right)) = (side(a), side(b));
+                let across = (a_left && b_right) || (a_right && b_left);
+                let keeps = match (*join).jointype {
+                    pg_sys::JoinType::JOIN_INNER => true,
+                    pg_sys::JoinType::JOIN_LEFT => across || (a_right && b_right),
+                    pg_sys::JoinType::JOIN_RIGHT => across || (a_left && b_left),
+                    _ => across,
+                };
+                if keeps {
+                    found.push((a, b));
+                }
+            }
         } else if is_a(node, NodeTag::T_BoolExpr) {
             let boolean = node as *mut pg_sys::BoolExpr;
             if (*boolean).boolop == pg_sys::BoolExprType::AND_EXPR {
@@ -248,6 +274,34 @@ unsafe fn conjuncts(
                     found.push((left.cast(), right.cast()));
                 }
             }
+        }
+    }
+}
+
+/// The range table indexes a join tree node covers (its joins' own included).
+///
+/// # Safety
+/// `node` must be a join tree node of a valid Query.
+unsafe fn range_indexes(node: *mut pg_sys::Node) -> Vec<i32> {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            Vec::new()
+        } else if is_a(node, NodeTag::T_RangeTblRef) {
+            vec![(*(node as *mut pg_sys::RangeTblRef)).rtindex]
+        } else if is_a(node, NodeTag::T_JoinExpr) {
+            let join = node as *mut pg_sys::JoinExpr;
+            let mut indexes = range_indexes((*join).larg);
+            indexes.extend(range_indexes((*join).rarg));
+            indexes.push((*join).rtindex);
+            indexes
+        } else if is_a(node, NodeTag::T_FromExpr) {
+            PgList::<pg_sys::Node>::from_pg((*(node as *mut pg_sys::FromExpr)).fromlist)
+                .iter_ptr()
+                .flat_map(|item| range_indexes(item))
+                .collect()
+        } else {
+            Vec::new()
         }
     }
 }
@@ -316,6 +370,47 @@ unsafe fn protected_cte(
     }
 }
 
+thread_local! {
+    /// WITH queries over protected rows, by name, of the queries around the level being
+    /// followed (a reference from a sublink deep inside names them by level and name;
+    /// matching the name alone errs on the side of refusing).
+    static PROTECTED_CTES: std::cell::RefCell<Vec<(std::ffi::CString, Unit)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Notes the WITH queries of `queries` (outermost first) that read protected rows.
+///
+/// # Safety
+/// The queries must be valid Queries being planned.
+unsafe fn note_protected_ctes(queries: &[*mut pg_sys::Query]) {
+    for &query in queries {
+        // SAFETY: cteList holds CommonTableExprs of a valid Query.
+        unsafe {
+            for cte in PgList::<pg_sys::CommonTableExpr>::from_pg((*query).cteList).iter_ptr() {
+                if let Some(unit) = first_protected((*cte).ctequery) {
+                    let name = std::ffi::CStr::from_ptr((*cte).ctename).to_owned();
+                    PROTECTED_CTES.with(|ctes| ctes.borrow_mut().push((name, unit)));
+                }
+            }
+        }
+    }
+}
+
+/// The unit of a WITH query over protected rows named `name`, if one is noted.
+fn protected_cte_named(name: &std::ffi::CStr) -> Option<Unit> {
+    PROTECTED_CTES.with(|ctes| {
+        ctes.borrow()
+            .iter()
+            .find(|(cte, _)| cte.as_c_str() == name)
+            .map(|(_, unit)| unit.clone())
+    })
+}
+
+/// Forgets the noted WITH queries: a new statement is being planned.
+pub fn forget_protected_ctes() {
+    PROTECTED_CTES.with(|ctes| ctes.borrow_mut().clear());
+}
+
 /// The first protected table whose rows `node` (a Query, an expression, a range table
 /// entry) reads, skipping queries that finalize DP aggregates (their output is a release).
 ///
@@ -354,6 +449,12 @@ unsafe extern "C-unwind" fn protected_walker(
             let rte = node as *mut pg_sys::RangeTblEntry;
             if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION {
                 if let Some(unit) = unit_of((*rte).relid) {
+                    *(context as *mut Option<Unit>) = Some(unit);
+                    return true;
+                }
+            }
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_CTE {
+                if let Some(unit) = protected_cte_named(std::ffi::CStr::from_ptr((*rte).ctename)) {
                     *(context as *mut Option<Unit>) = Some(unit);
                     return true;
                 }

@@ -16,8 +16,9 @@ use std::ffi::{c_void, CStr};
 pub const READS_NO_TABLES: &str = "reads_no_tables";
 
 /// Built-in functions that run a query given as text.
-const RUN_QUERIES: [&str; 6] = [
+const RUN_QUERIES: [&str; 7] = [
     "query_to_xml",
+    "ts_rewrite",
     "cursor_to_xml",
     "table_to_xml",
     "schema_to_xml",

@@ -67,6 +67,14 @@ unsafe extern "C-unwind" fn check_label(
     };
     let invalid = |reason: String| raise(Error::InvalidLabel { reason });
     if class == pg_sys::ProcedureRelationId {
+        // Vouching for a function lets it into DP queries over people: a superuser's word,
+        // never a function owner's (an analyst could vouch for a function that reads).
+        // SAFETY: reads the current user's catalog entry.
+        if !unsafe { pg_sys::superuser() } {
+            raise(Error::InvalidLabel {
+                reason: "only a superuser may declare that a function reads no tables".into(),
+            });
+        }
         if let Some(label) = &label {
             if label != super::functions_called::READS_NO_TABLES {
                 invalid(format!(
@@ -197,10 +205,9 @@ unsafe fn unit_named_by(labelled: Oid, relation: Oid) -> Option<Unit> {
         if name.is_null() {
             return None;
         }
-        let mine = pg_sys::get_attnum(relation, name);
-        if mine <= 0 {
-            return None;
-        }
+        // A column the relation lacks (a child's own column, read through its parent):
+        // attribute 0, which the planner hook refuses to follow.
+        let mine = pg_sys::get_attnum(relation, name).max(0);
         Some(Unit {
             table: relation_name(relation),
             column: CStr::from_ptr(name).to_string_lossy().into_owned(),

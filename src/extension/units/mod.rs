@@ -53,6 +53,7 @@ pub fn install_units() {
 /// `query` must be a rewritten query about to be planned, which the planner may modify.
 pub unsafe fn bound_by_units(query: *mut pg_sys::Query) {
     let mut enclosing = Vec::new();
+    follow::forget_protected_ctes();
     // SAFETY: as the caller guarantees.
     unsafe {
         bound_level(query, &mut enclosing);

@@ -617,4 +617,76 @@ mod tests {
             "0A000: rows of table \"visits_b\", whose privacy unit is column \"person\", reach dp_argmax grouped by a set-returning function: group by a column or a per-row expression"
         );
     }
+
+    /// The second red team's findings (each ran per row before its fix).
+    #[pg_test]
+    fn units_red_team_round_two_stays_fixed() {
+        heavy_b_table("round_two");
+        run(&[
+            "CREATE TABLE someone(person int)",
+            "INSERT INTO someone SELECT DISTINCT person FROM round_two",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN someone.person IS 'privacy_unit'",
+            "CREATE TABLE one_row(x int)",
+            "INSERT INTO one_row VALUES (1)",
+        ]);
+        let refused = |query: &str, starts: &str| {
+            let error = error_of(query);
+            assert!(error.starts_with(starts), "{query}: {error}");
+        };
+        // 1. An outer join's ON does not link two protected tables on its preserved side.
+        for query in [
+            "SELECT dp_argmax(r.item, 1, 5.0, 1, ARRAY['a', 'b']) FROM (someone s CROSS JOIN round_two r)
+               LEFT JOIN one_row ON s.person = r.person",
+            "SELECT dp_argmax(r.item, 1, 5.0, 1, ARRAY['a', 'b']) FROM (someone s CROSS JOIN round_two r)
+               FULL JOIN one_row ON s.person = r.person",
+        ] {
+            refused(query, "0A000: rows of table \"round_two\", whose privacy unit is column \"person\", reach dp_argmax joined to \"someone\"");
+        }
+        // ... across the join, or on its nullable side, it does.
+        assert_eq!(
+            b_wins(
+                "SELECT dp_argmax(r.item, r.score, 5.0, 1, ARRAY['a', 'b']) FROM someone s
+                      LEFT JOIN round_two r ON r.person = s.person GROUP BY s.person / 100"
+            ),
+            0
+        );
+        // 2. A WITH query over the table, read from a sublink.
+        refused(
+            "WITH c AS (SELECT person, item FROM round_two)
+             SELECT dp_argmax((SELECT item FROM c WHERE c.person = g LIMIT 1), 1, 5.0, 1, ARRAY['a', 'b'])
+               FROM generate_series(1, 2100) g",
+            "0A000: rows of table \"round_two\", whose privacy unit is column \"person\", reach dp_argmax through a subquery",
+        );
+        // 3. A built-in function that runs a query given as text.
+        refused(
+            "SELECT dp_argmax(ts_rewrite('q'::tsquery, 'SELECT ''q''::tsquery, ''b''::tsquery')::text, 1, 5.0) FROM one_row",
+            "0A000: dp_argmax cannot run with function ts_rewrite(tsquery,text)",
+        );
+        // 4. Only a superuser vouches for a function.
+        run(&[
+            "CREATE ROLE vouching_owner",
+            "CREATE FUNCTION owned_reader(i int) RETURNS text LANGUAGE sql STABLE
+               AS 'SELECT item FROM round_two WHERE person = i LIMIT 1'",
+            "ALTER FUNCTION owned_reader(int) OWNER TO vouching_owner",
+            "SET LOCAL ROLE vouching_owner",
+        ]);
+        assert_eq!(
+            error_of(
+                "SECURITY LABEL FOR pg_exp_mech ON FUNCTION owned_reader(int) IS 'reads_no_tables'"
+            ),
+            "22023: only a superuser may declare that a function reads no tables"
+        );
+        run(&["RESET ROLE"]);
+        // 5. A child labelled on a column its parent lacks.
+        run(&[
+            "CREATE TABLE plain_parent(item text, score float8)",
+            "CREATE TABLE labelled_child(person int) INHERITS (plain_parent)",
+            "INSERT INTO labelled_child SELECT item, score, person FROM round_two",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN labelled_child.person IS 'privacy_unit'",
+        ]);
+        refused(
+            "SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM plain_parent",
+            "0A000: rows of table \"plain_parent\", whose privacy unit is column \"person\", reach dp_argmax through a parent table that lacks the unit column of its labelled child",
+        );
+    }
 }
