@@ -75,13 +75,14 @@ fn dp_unit_numeric_score(score: Option<pgrx::AnyNumeric>) -> f64 {
 }
 
 /// The place of a (unit, group) pair in its unit's order of groups: a keyed hash (SipHash
-/// under the statement's secret key, drawn from ChaCha20) of PostgreSQL's hash of the
-/// pair. Each unit keeps its first L groups: a uniform choice that depends only on its
-/// own groups and the key. (PostgreSQL's record hash alone would order one unit's groups
-/// almost alike for every unit.) PARALLEL RESTRICTED: the leader alone computes it, so
-/// that every row of a unit sees the same key.
+/// under the statement's secret key, drawn from ChaCha20) of PostgreSQL's hashes of the
+/// unit and of the group. Each unit keeps its first L groups: a uniform choice that
+/// depends only on its own groups and the key. (PostgreSQL's hashes alone would order one
+/// unit's groups alike for every unit.) A NULL unit's row is a unit of one group, kept
+/// whatever its place. PARALLEL RESTRICTED: the leader alone computes it, so that every
+/// row of a unit sees the same key.
 #[pg_extern(volatile, parallel_restricted)]
-fn dp_unit_group_order(pair_hash: i64) -> i64 {
+fn dp_unit_group_order(unit_hash: Option<i64>, group_hash: Option<i64>) -> i64 {
     let key = GROUP_KEY.with(|key| {
         key.get().unwrap_or_else(|| {
             let drawn = rng::with_generator(guc::seeding(), |rng| rng.next_u64() as i64);
@@ -91,7 +92,8 @@ fn dp_unit_group_order(pair_hash: i64) -> i64 {
     });
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     hasher.write_i64(key);
-    hasher.write_i64(pair_hash);
+    hasher.write_i64(unit_hash.unwrap_or(0));
+    hasher.write_i64(group_hash.unwrap_or(0));
     hasher.finish() as i64
 }
 
@@ -134,7 +136,7 @@ COMMENT ON FUNCTION dp_unit_score(double precision) IS
   'A row''s score as the selection aggregates read it (NULL, NaN and negative count 0), before a unit''s scores are summed. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_numeric_score(numeric) IS
   'A numeric score as the selection aggregates read it, in double precision (NULL, NaN and negative count 0). Written into plans by pg_exp_mech.';
-COMMENT ON FUNCTION dp_unit_group_order(bigint) IS
+COMMENT ON FUNCTION dp_unit_group_order(bigint, bigint) IS
   'The place of a (privacy unit, group) pair in its unit''s random order of groups (SipHash under the statement''s secret key); each unit keeps its first L groups. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_priority() IS
   'A uniform random priority (ChaCha20) that samples a privacy unit''s values. Written into plans by pg_exp_mech.';

@@ -156,32 +156,39 @@ fn look_up(relation: Oid) -> Option<Unit> {
     // REPEATABLE READ transaction would keep from before a label was added).
     unsafe {
         let mut seen = vec![relation];
-        let mut ancestors = vec![relation];
+        nearest_labelled(relation, Direction::Parents, &mut seen, true)
+            .or_else(|| nearest_labelled(relation, Direction::Children, &mut seen, false))
+    }
+}
+
+/// Breadth first from `relation` (itself included when `itself`), the first relation
+/// whose label names a unit, as a column of `relation`.
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn nearest_labelled(
+    relation: Oid,
+    direction: Direction,
+    seen: &mut Vec<Oid>,
+    itself: bool,
+) -> Option<Unit> {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let mut queue = if itself {
+            vec![relation]
+        } else {
+            inheritance(relation, direction)
+        };
         let mut i = 0;
-        while i < ancestors.len() {
-            let current = ancestors[i];
+        while i < queue.len() {
+            let current = queue[i];
             if let Some(unit) = unit_named_by(current, relation) {
                 return Some(unit);
             }
-            for parent in inheritance(current, Direction::Parents) {
-                if !seen.contains(&parent) {
-                    seen.push(parent);
-                    ancestors.push(parent);
-                }
-            }
-            i += 1;
-        }
-        let mut descendants = inheritance(relation, Direction::Children);
-        let mut i = 0;
-        while i < descendants.len() {
-            let current = descendants[i];
-            if let Some(unit) = unit_named_by(current, relation) {
-                return Some(unit);
-            }
-            for child in inheritance(current, Direction::Children) {
-                if !seen.contains(&child) {
-                    seen.push(child);
-                    descendants.push(child);
+            for next in inheritance(current, direction) {
+                if !seen.contains(&next) {
+                    seen.push(next);
+                    queue.push(next);
                 }
             }
             i += 1;
@@ -238,6 +245,7 @@ struct InheritsRow {
     inhparent: Oid,
 }
 
+#[derive(Clone, Copy)]
 enum Direction {
     Parents,
     Children,
@@ -313,18 +321,7 @@ unsafe fn labels_of(class: Oid, object: Oid) -> Vec<(i32, String)> {
             ],
             |tuple, descriptor| {
                 let row = pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_seclabel;
-                let text = |column: u32| {
-                    let mut null = false;
-                    let datum = pg_sys::heap_getattr(tuple, column as i32, descriptor, &mut null);
-                    if null {
-                        String::new()
-                    } else {
-                        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-                        CStr::from_ptr(pg_sys::text_to_cstring(text.cast()))
-                            .to_string_lossy()
-                            .into_owned()
-                    }
-                };
+                let text = |column: u32| text_attribute(tuple, descriptor, column);
                 if text(pg_sys::Anum_pg_seclabel_provider) == "pg_exp_mech" {
                     labels.push(((*row).objsubid, text(pg_sys::Anum_pg_seclabel_label)));
                 }
@@ -334,8 +331,31 @@ unsafe fn labels_of(class: Oid, object: Oid) -> Vec<(i32, String)> {
     labels
 }
 
+/// A text column of a catalog row ("" when NULL).
+///
+/// # Safety
+/// `tuple` must be a row described by `descriptor`, whose column `column` is text.
+unsafe fn text_attribute(
+    tuple: pg_sys::HeapTuple,
+    descriptor: pg_sys::TupleDesc,
+    column: u32,
+) -> String {
+    // SAFETY: as the caller guarantees; text_to_cstring pallocs a copy.
+    unsafe {
+        let mut null = false;
+        let datum = pg_sys::heap_getattr(tuple, column as i32, descriptor, &mut null);
+        if null {
+            return String::new();
+        }
+        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        CStr::from_ptr(pg_sys::text_to_cstring(text.cast()))
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 /// Calls `each` on every row of catalog `relation` whose oid columns equal the keys, by
-/// `index`, under the catalog snapshot.
+/// `index` (0: a heap scan), under the catalog snapshot.
 ///
 /// # Safety
 /// A transaction must be open; the keys must be oid columns that `index` covers.
@@ -362,7 +382,7 @@ pub unsafe fn scan(
         let scan = pg_sys::systable_beginscan(
             catalog,
             Oid::from(index),
-            true,
+            index != 0,
             std::ptr::null_mut(),
             keys.len() as i32,
             scan_keys.as_mut_ptr(),
@@ -391,41 +411,17 @@ pub fn any_declared() -> bool {
     }
     let mut declared = false;
     // SAFETY: a heap scan of pg_seclabel (no index on the provider) under the catalog
-    // snapshot, for the label that pg_exp_mech's provider accepts on a column.
+    // snapshot.
     unsafe {
-        let catalog =
-            pg_sys::table_open(pg_sys::SecLabelRelationId, pg_sys::AccessShareLock as i32);
-        let scan = pg_sys::systable_beginscan(
-            catalog,
-            pg_sys::InvalidOid,
-            false,
-            std::ptr::null_mut(),
+        scan(
+            pg_sys::SecLabelRelationId.to_u32(),
             0,
-            std::ptr::null_mut(),
+            &[],
+            |tuple, descriptor| {
+                declared |= text_attribute(tuple, descriptor, pg_sys::Anum_pg_seclabel_provider)
+                    == "pg_exp_mech";
+            },
         );
-        loop {
-            let tuple = pg_sys::systable_getnext(scan);
-            if tuple.is_null() {
-                break;
-            }
-            let mut null = false;
-            let datum = pg_sys::heap_getattr(
-                tuple,
-                pg_sys::Anum_pg_seclabel_provider as i32,
-                (*catalog).rd_att,
-                &mut null,
-            );
-            if !null {
-                let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-                if CStr::from_ptr(pg_sys::text_to_cstring(text.cast())).to_bytes() == b"pg_exp_mech"
-                {
-                    declared = true;
-                    break;
-                }
-            }
-        }
-        pg_sys::systable_endscan(scan);
-        pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);
     }
     DECLARED.with(|d| d.set(Some(declared)));
     declared

@@ -124,7 +124,7 @@ fn functions() -> Functions {
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
         score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
         numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),
-        group_order: find("dp_unit_group_order", &[pg_sys::INT8OID]),
+        group_order: find("dp_unit_group_order", &[pg_sys::INT8OID, pg_sys::INT8OID]),
         priority: find("dp_unit_priority", &[]),
         of_null: find("dp_unit_of_null", &[pg_sys::ANYELEMENTOID]),
         max_groups: find("dp_max_groups_per_unit", &[]),
@@ -353,10 +353,8 @@ pub unsafe fn bound(
         };
         let unit_expression = source.expression;
         let unit = inner.key(copy(unit_expression), "unit");
-        let of_null = inner.key(
-            call(f.of_null, pg_sys::INT8OID, &[copy(unit_expression)]),
-            "null_unit",
-        );
+        // A number of its own for a row whose unit is NULL (CASE: no call for the others).
+        let of_null = inner.key(when_null(unit_expression, f.of_null), "null_unit");
         let group_keys: Vec<*mut pg_sys::Expr> =
             PgList::<pg_sys::SortGroupClause>::from_pg(q.groupClause)
                 .iter_ptr()
@@ -386,14 +384,11 @@ pub unsafe fn bound(
         // group, ...) serves the group ranks and every call.
         let mut group_hash: Option<u32> = None;
         if grouped {
-            // Each unit's groups in the order of a keyed hash (ties, which need a 64-bit
-            // collision, broken by the keys): the unit keeps its first L.
-            let mut hashed = vec![
-                copy(unit_expression),
-                call(f.of_null, pg_sys::INT8OID, &[copy(unit_expression)]),
-            ];
-            hashed.extend(group_keys.iter().map(|&k| copy(k)));
-            for &expression in &hashed {
+            // Each unit's groups in the order of a keyed hash of (unit, group) (ties, which
+            // need a 64-bit collision, broken by the keys): the unit keeps its first L. The
+            // types' own extended hash functions; a record hash for several keys.
+            let mut hashes = Vec::new();
+            for &expression in std::iter::once(&unit_expression).chain(&group_keys) {
                 let type_ = pg_sys::exprType(expression.cast());
                 let cache =
                     pg_sys::lookup_type_cache(type_, pg_sys::TYPECACHE_HASH_EXTENDED_PROC as i32);
@@ -403,15 +398,34 @@ pub unsafe fn bound(
                         type_name(type_)
                     ));
                 }
+                hashes.push((*cache).hash_extended_proc);
             }
+            let hash_of = |function: Oid, expression: *mut pg_sys::Expr| {
+                let call = pg_sys::makeFuncExpr(
+                    function,
+                    pg_sys::INT8OID,
+                    list(&[copy(expression), int8(0)]),
+                    pg_sys::InvalidOid,
+                    pg_sys::exprCollation(expression.cast()),
+                    pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+                );
+                call.cast::<pg_sys::Expr>()
+            };
+            let unit_hash = hash_of(hashes[0], unit_expression);
+            let group_hash_value = if group_keys.len() == 1 {
+                hash_of(hashes[1], group_keys[0])
+            } else {
+                let keys: Vec<_> = group_keys.iter().map(|&k| copy(k)).collect();
+                call(
+                    Oid::from(pg_sys::F_HASH_RECORD_EXTENDED),
+                    pg_sys::INT8OID,
+                    &[row(&keys), int8(0)],
+                )
+            };
             let hash = call(
                 f.group_order,
                 pg_sys::INT8OID,
-                &[call(
-                    Oid::from(pg_sys::F_HASH_RECORD_EXTENDED),
-                    pg_sys::INT8OID,
-                    &[row(&hashed), int8(0)],
-                )],
+                &[unit_hash, group_hash_value],
             );
             let hash = inner.key(hash, "group_hash");
             group_hash = Some(hash);
@@ -873,6 +887,27 @@ unsafe fn arithmetic(
 ) -> *mut pg_sys::Expr {
     // SAFETY: as operation's.
     unsafe { operation(operator, left, right, pg_sys::INT8OID) }
+}
+
+/// `CASE WHEN unit IS NULL THEN of_null(unit) END`.
+unsafe fn when_null(unit: *mut pg_sys::Expr, of_null: Oid) -> *mut pg_sys::Expr {
+    // SAFETY: nodes made with PostgreSQL's constructors over a valid expression.
+    unsafe {
+        let mut missing = PgBox::<pg_sys::NullTest>::alloc_node(NodeTag::T_NullTest);
+        missing.arg = copy(unit);
+        missing.nulltesttype = pg_sys::NullTestType::IS_NULL;
+        missing.location = -1;
+        let mut when = PgBox::<pg_sys::CaseWhen>::alloc_node(NodeTag::T_CaseWhen);
+        when.expr = missing.into_pg().cast();
+        when.result = call(of_null, pg_sys::INT8OID, &[copy(unit)]);
+        when.location = -1;
+        let mut case = PgBox::<pg_sys::CaseExpr>::alloc_node(NodeTag::T_CaseExpr);
+        case.casetype = pg_sys::INT8OID;
+        case.args = list(&[when.into_pg()]);
+        case.defresult = pg_sys::makeNullConst(pg_sys::INT8OID, -1, pg_sys::InvalidOid).cast();
+        case.location = -1;
+        case.into_pg().cast()
+    }
 }
 
 /// `ROW(expressions...)`, an anonymous record.
