@@ -23,6 +23,9 @@ static LEDGER_ROTATION_SIZE: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024)
 static MAX_GROUPS_PER_UNIT: GucSetting<i32> = GucSetting::<i32>::new(1);
 /// m: how many values of one group a privacy unit may give a quantile.
 static MAX_VALUES_PER_UNIT: GucSetting<i32> = GucSetting::<i32>::new(1);
+/// Δ0: how many items of one group a privacy unit may give dp_top_k_unknown_domain. It
+/// costs the threshold τ·ln(Δ0), not ε, so the default keeps most of a unit's items.
+static MAX_ITEMS_PER_UNIT: GucSetting<i32> = GucSetting::<i32>::new(100);
 
 static QUANTILE_GRID_SIZE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_GRID_SIZE as i32);
 
@@ -194,6 +197,19 @@ pub fn register() {
             None,
             None,
         );
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_exp_mech.max_items_per_unit",
+            c"How many items (chosen at random per unit) a privacy unit gives each group of dp_top_k_unknown_domain; its threshold rises by ln of it times the temperature.",
+            c"Applies to dp_top_k_unknown_domain over tables with a privacy unit: each group's delta is divided by it (Durfee and Rogers's limited-domain analysis with a union bound over the unit's items).",
+            &MAX_ITEMS_PER_UNIT,
+            1,
+            1 << 20,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(may_change),
+            None,
+            None,
+        );
     }
 }
 
@@ -276,6 +292,11 @@ pub fn max_groups_per_unit() -> i64 {
 /// m: values a privacy unit gives one group of a quantile.
 pub fn max_values_per_unit() -> i64 {
     MAX_VALUES_PER_UNIT.get() as i64
+}
+
+/// Δ0: items a privacy unit gives one group of dp_top_k_unknown_domain.
+pub fn max_items_per_unit() -> i64 {
+    MAX_ITEMS_PER_UNIT.get() as i64
 }
 
 /// K of the quantile grid.

@@ -78,6 +78,12 @@ impl LimitedDomain {
     /// Hence P[M(D) ∈ A] ≤ δ_t + e^ε (P[M(D') ∈ A] + δ_t) = e^ε P[M(D') ∈ A] + δ, and the
     /// other way round. An item with a single row (utility ≤ 1) is returned with
     /// probability at most δ_t·e^{ε/k} < δ.
+    ///
+    /// Per privacy unit (units/rewrite.rs), D' adds one unit that gives each of at most Δ0
+    /// items its clamped sum c_j ∈ [0, 1]. Steps 1 and 2 still hold (every utility and the
+    /// threshold move by [0, 1], all upwards); in step 3 at most Δ0 items enter T (and at
+    /// most Δ0 leave it), so a union bound gives Δ0·δ_t on each side: the plan passes δ/Δ0
+    /// as this mechanism's δ (Durfee and Rogers's ℓ0 bound Δ0, their §5).
     pub fn threshold_offset(&self) -> f64 {
         self.temperature() * (softplus(self.epsilon) - self.delta.ln())
     }

@@ -19,26 +19,46 @@ thread_local! {
 }
 
 thread_local! {
-    /// L and m as they were when the statement started.
-    static SETTINGS: Cell<(i64, i64)> = const { Cell::new((1, 1)) };
+    /// L, m and Δ0 as they were when the statement started.
+    static SETTINGS: Cell<Settings> = const { Cell::new(Settings { groups: 1, values: 1, items: 1 }) };
+}
+
+/// The bounds a statement reads once.
+#[derive(Clone, Copy)]
+struct Settings {
+    /// L: groups of one GROUP BY per unit.
+    groups: i64,
+    /// m: values per unit and group of a quantile.
+    values: i64,
+    /// Δ0: items per unit and group of dp_top_k_unknown_domain.
+    items: i64,
+}
+
+impl Settings {
+    fn now() -> Settings {
+        Settings {
+            groups: guc::max_groups_per_unit(),
+            values: guc::max_values_per_unit(),
+            items: guc::max_items_per_unit(),
+        }
+    }
 }
 
 /// A statement starts (no plan with DP aggregates runs): its groups are chosen with a
-/// new key, and L and m are read now, once. While its plan runs they cannot be SET, but a
+/// new key, and L, m and Δ0 are read now, once. While its plan runs they cannot be SET, but a
 /// function's SET clause is undone on exit without a check; the plan reads these copies,
 /// so that its filter and each group's share of ε always agree.
 pub fn new_statement() {
     GROUP_KEY.with(|key| key.set(None));
-    SETTINGS
-        .with(|settings| settings.set((guc::max_groups_per_unit(), guc::max_values_per_unit())));
+    SETTINGS.with(|settings| settings.set(Settings::now()));
 }
 
-/// (L, m) of the running statement.
-fn settings() -> (i64, i64) {
+/// The bounds of the running statement.
+fn settings() -> Settings {
     if crate::extension::budget::dp_plan_running() {
         SETTINGS.with(Cell::get)
     } else {
-        (guc::max_groups_per_unit(), guc::max_values_per_unit())
+        Settings::now()
     }
 }
 
@@ -119,13 +139,19 @@ fn dp_unit_of_null(unit: Option<AnyElement>) -> Option<i64> {
 /// L, as the running statement read it when it started.
 #[pg_extern(stable, parallel_safe)]
 fn dp_max_groups_per_unit() -> i64 {
-    settings().0
+    settings().groups
 }
 
 /// m, as the running statement read it when it started.
 #[pg_extern(stable, parallel_safe)]
 fn dp_max_values_per_unit() -> i64 {
-    settings().1
+    settings().values
+}
+
+/// Δ0, as the running statement read it when it started.
+#[pg_extern(stable, parallel_safe)]
+fn dp_max_items_per_unit() -> i64 {
+    settings().items
 }
 
 pgrx::extension_sql!(
@@ -146,6 +172,8 @@ COMMENT ON FUNCTION dp_max_groups_per_unit() IS
   'L, the setting pg_exp_mech.max_groups_per_unit: groups of one GROUP BY each privacy unit contributes to.';
 COMMENT ON FUNCTION dp_max_values_per_unit() IS
   'm, the setting pg_exp_mech.max_values_per_unit: values each privacy unit gives one group of a quantile.';
+COMMENT ON FUNCTION dp_max_items_per_unit() IS
+  'The setting pg_exp_mech.max_items_per_unit: items each privacy unit gives one group of dp_top_k_unknown_domain.';
 "#,
     name = "privacy_unit_functions",
     requires = [
@@ -156,6 +184,7 @@ COMMENT ON FUNCTION dp_max_values_per_unit() IS
         dp_unit_priority,
         dp_unit_of_null,
         dp_max_groups_per_unit,
-        dp_max_values_per_unit
+        dp_max_values_per_unit,
+        dp_max_items_per_unit
     ],
 );

@@ -51,6 +51,7 @@ struct Functions {
     of_null: Oid,
     max_groups: Oid,
     max_values: Oid,
+    max_items: Oid,
 }
 
 thread_local! {
@@ -129,6 +130,7 @@ fn functions() -> Functions {
         of_null: find("dp_unit_of_null", &[pg_sys::ANYELEMENTOID]),
         max_groups: find("dp_max_groups_per_unit", &[]),
         max_values: find("dp_max_values_per_unit", &[]),
+        max_items: find("dp_max_items_per_unit", &[]),
     };
     FUNCTIONS.with(|f| *f.borrow_mut() = Some(known));
     known
@@ -181,8 +183,10 @@ struct Bounded {
     score: *mut pg_sys::Expr,
     /// The condition that keeps the call's rows.
     keep: *mut pg_sys::Expr,
-    /// What one group's ε (and δ) is divided by; None for 1.
+    /// What one group's ε is divided by; None for 1.
     divisor: Option<*mut pg_sys::Expr>,
+    /// What one group's δ is divided by; None for 1.
+    delta_divisor: Option<*mut pg_sys::Expr>,
     epsilon: usize,
     delta: Option<usize>,
 }
@@ -383,59 +387,41 @@ pub unsafe fn bound(
         // unit and the group: the same partitions), so that one sort by (unit, hash,
         // group, ...) serves the group ranks and every call.
         let mut group_hash: Option<u32> = None;
+        let unit_hash = hashed(unit_expression);
         if grouped {
             // Each unit's groups in the order of a keyed hash of (unit, group) (ties, which
             // need a 64-bit collision, broken by the keys): the unit keeps its first L. The
             // types' own extended hash functions; a record hash for several keys.
-            let mut hashes = Vec::new();
-            for &expression in std::iter::once(&unit_expression).chain(&group_keys) {
-                let type_ = pg_sys::exprType(expression.cast());
-                let cache =
-                    pg_sys::lookup_type_cache(type_, pg_sys::TYPECACHE_HASH_EXTENDED_PROC as i32);
-                if (*cache).hash_extended_proc == pg_sys::InvalidOid {
-                    return refuse(&format!(
-                        "grouped by (or with a unit of) type {}, which has no hash function to choose each unit's groups: group by a hashable expression",
-                        type_name(type_)
-                    ));
-                }
-                hashes.push((*cache).hash_extended_proc);
-            }
-            let hash_of = |function: Oid, expression: *mut pg_sys::Expr| {
-                let call = pg_sys::makeFuncExpr(
-                    function,
-                    pg_sys::INT8OID,
-                    list(&[copy(expression), int8(0)]),
-                    pg_sys::InvalidOid,
-                    pg_sys::exprCollation(expression.cast()),
-                    pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-                );
-                call.cast::<pg_sys::Expr>()
-            };
-            let unit_hash = hash_of(hashes[0], unit_expression);
             let group_hash_value = if group_keys.len() == 1 {
-                hash_of(hashes[1], group_keys[0])
+                hashed(group_keys[0])
             } else {
                 let keys: Vec<_> = group_keys.iter().map(|&k| copy(k)).collect();
-                call(
-                    Oid::from(pg_sys::F_HASH_RECORD_EXTENDED),
-                    pg_sys::INT8OID,
-                    &[row(&keys), int8(0)],
-                )
+                if group_keys.iter().all(|&key| !hashed(key).is_null()) {
+                    call(
+                        Oid::from(pg_sys::F_HASH_RECORD_EXTENDED),
+                        pg_sys::INT8OID,
+                        &[row(&keys), int8(0)],
+                    )
+                } else {
+                    std::ptr::null_mut()
+                }
             };
+            if unit_hash.is_null() || group_hash_value.is_null() {
+                return refuse(&unhashable(
+                    std::iter::once(&unit_expression).chain(&group_keys),
+                    "to choose each unit's groups: group by a hashable expression",
+                ));
+            }
             let hash = call(
                 f.group_order,
                 pg_sys::INT8OID,
-                &[unit_hash, group_hash_value],
+                &[copy(unit_hash), group_hash_value],
             );
             let hash = inner.key(hash, "group_hash");
             group_hash = Some(hash);
             let mut order = vec![hash];
             for (i, &key) in group_keys.iter().enumerate() {
-                let cache = pg_sys::lookup_type_cache(
-                    pg_sys::exprType(key.cast()),
-                    pg_sys::TYPECACHE_LT_OPR as i32,
-                );
-                if (*cache).lt_opr != pg_sys::InvalidOid {
+                if has_ordering(key) {
                     order.push(groups[i]);
                 }
             }
@@ -466,9 +452,6 @@ pub unsafe fn bound(
                     .map(|entry| (*entry).expr)
                     .collect();
             let form = aggregate.form(arguments.len());
-            if matches!(aggregate.family, Family::Selection) && form.positions.delta.is_some() {
-                return refuse("because its items come from the data, and bounding how many items a unit touches is not supported yet; give the candidates from a public table to dp_top_k");
-            }
             if !PgList::<c_void>::from_pg((*aggref).aggdistinct).is_empty() {
                 return refuse("with DISTINCT inside the call: drop DISTINCT, a unit already counts once per item");
             }
@@ -525,13 +508,61 @@ pub unsafe fn bound(
                     } else {
                         columns[1].cast()
                     };
+                    let mut keep = compare("=", columns[0].cast(), one);
+                    let mut delta_divisor = grouped.then(groups_divisor);
+                    if form.positions.delta.is_some() {
+                        // Items from the data (dp_top_k_unknown_domain): each unit gives a
+                        // group at most Δ0 items, its first in a keyed hash order, and the
+                        // group's δ is divided by Δ0 (see `limited_domain_top_k`).
+                        let item_hash = hashed(arguments[0]);
+                        if unit_hash.is_null() || item_hash.is_null() {
+                            return refuse(&unhashable(
+                                [&unit_expression, &arguments[0]].into_iter(),
+                                "to choose each unit's items",
+                            ));
+                        }
+                        let order = inner.key(
+                            call(
+                                f.group_order,
+                                pg_sys::INT8OID,
+                                &[copy(unit_hash), item_hash],
+                            ),
+                            &format!("item_hash_{}", number + 1),
+                        );
+                        let item_partition = &partition[..partition.len() - 1];
+                        let mut order = vec![order];
+                        if has_ordering(arguments[0]) {
+                            order.push(reference);
+                        }
+                        let rank = inner.window(
+                            item_partition,
+                            &order,
+                            &[(
+                                Oid::from(pg_sys::F_DENSE_RANK_),
+                                pg_sys::INT8OID,
+                                std::ptr::null_mut(),
+                                false,
+                                &format!("item_rank_{}", number + 1),
+                            )],
+                        )[0];
+                        let items = call(f.max_items, pg_sys::INT8OID, &[]);
+                        keep = pg_sys::make_andclause(list(&[
+                            keep,
+                            compare("<=", rank.cast(), copy(items)),
+                        ]));
+                        delta_divisor = Some(match delta_divisor {
+                            Some(groups) => arithmetic("*", groups, items),
+                            None => items,
+                        });
+                    }
                     Bounded {
                         family: aggregate.family,
                         value: item,
                         filter,
                         score,
-                        keep: compare("=", columns[0].cast(), one),
+                        keep,
                         divisor: grouped.then(groups_divisor),
+                        delta_divisor,
                         epsilon: form.positions.epsilon,
                         delta: form.positions.delta,
                     }
@@ -572,10 +603,11 @@ pub unsafe fn bound(
                             call(f.max_values, pg_sys::INT8OID, &[]),
                         ),
                         divisor: Some(if grouped {
-                            arithmetic("*", groups_divisor(), values)
+                            arithmetic("*", groups_divisor(), copy(values))
                         } else {
-                            values
+                            copy(values)
                         }),
+                        delta_divisor: None,
                         epsilon: form.positions.epsilon,
                         delta: form.positions.delta,
                     }
@@ -599,6 +631,7 @@ pub unsafe fn bound(
                         score: std::ptr::null_mut(),
                         keep: compare("=", first.cast(), one),
                         divisor: grouped.then(groups_divisor),
+                        delta_divisor: grouped.then(groups_divisor),
                         epsilon: form.positions.epsilon,
                         delta: form.positions.delta,
                     }
@@ -772,10 +805,15 @@ unsafe fn bounded_call(
             } else {
                 mutate((*entry).expr.cast(), context).cast()
             };
-            if let Some(divisor) = plan.divisor {
-                if position == plan.epsilon || Some(position) == plan.delta {
-                    (*entry).expr = call(share, pg_sys::FLOAT8OID, &[(*entry).expr, copy(divisor)]);
-                }
+            let divisor = if position == plan.epsilon {
+                plan.divisor
+            } else if Some(position) == plan.delta {
+                plan.delta_divisor
+            } else {
+                None
+            };
+            if let Some(divisor) = divisor {
+                (*entry).expr = call(share, pg_sys::FLOAT8OID, &[(*entry).expr, copy(divisor)]);
             }
         }
         let keep = copy(plan.keep);
@@ -908,6 +946,63 @@ unsafe fn when_null(unit: *mut pg_sys::Expr, of_null: Oid) -> *mut pg_sys::Expr 
         case.location = -1;
         case.into_pg().cast()
     }
+}
+
+/// `expression`'s extended hash (seed 0) by its type's own function; NULL when the type
+/// has none.
+unsafe fn hashed(expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    // SAFETY: the type cache of a valid expression's type; a FuncExpr over a copy of it.
+    unsafe {
+        let cache = pg_sys::lookup_type_cache(
+            pg_sys::exprType(expression.cast()),
+            pg_sys::TYPECACHE_HASH_EXTENDED_PROC as i32,
+        );
+        if (*cache).hash_extended_proc == pg_sys::InvalidOid {
+            return std::ptr::null_mut();
+        }
+        pg_sys::makeFuncExpr(
+            (*cache).hash_extended_proc,
+            pg_sys::INT8OID,
+            list(&[copy(expression), int8(0)]),
+            pg_sys::InvalidOid,
+            pg_sys::exprCollation(expression.cast()),
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        )
+        .cast()
+    }
+}
+
+/// Whether `expression`'s type has a default ordering (to break ties of hashes; a
+/// collision of 64-bit hashes is all that would need it).
+unsafe fn has_ordering(expression: *mut pg_sys::Expr) -> bool {
+    // SAFETY: the type cache of a valid expression's type.
+    unsafe {
+        let cache = pg_sys::lookup_type_cache(
+            pg_sys::exprType(expression.cast()),
+            pg_sys::TYPECACHE_LT_OPR as i32,
+        );
+        (*cache).lt_opr != pg_sys::InvalidOid
+    }
+}
+
+/// Why a unit or key without a hash function is refused.
+unsafe fn unhashable<'a>(
+    expressions: impl Iterator<Item = &'a *mut pg_sys::Expr>,
+    purpose: &str,
+) -> String {
+    // SAFETY: valid expressions.
+    let type_ = unsafe {
+        expressions
+            .copied()
+            .find(|&expression| hashed(expression).is_null())
+            .map_or(pg_sys::InvalidOid, |expression| {
+                pg_sys::exprType(expression.cast())
+            })
+    };
+    format!(
+        "with a unit, group key or item of type {}, which has no hash function {purpose}",
+        type_name(type_)
+    )
 }
 
 /// `ROW(expressions...)`, an anonymous record.

@@ -88,6 +88,72 @@ mod tests {
         );
     }
 
+    /// dp_top_k_unknown_domain, k = 1, k̄ = 2: each of 20 people has rows on both A and B;
+    /// with Δ0 = 1 each keeps one of them (a fair coin per person), so A's score is
+    /// X ~ Binomial(20, 1/2) people and B's 20 − X, against ⊥ at τ·(softplus(ε) − ln(δ/Δ0));
+    /// with Δ0 = 2 both count 20 and ⊥ stands τ·ln 2 higher.
+    #[pg_test]
+    fn units_unknown_domain_law_keeps_max_items_per_unit() {
+        let people = 20;
+        run(&[
+            "CREATE TABLE both_items(person bigint, g int, item text)",
+            &format!(
+                "INSERT INTO both_items SELECT g * 100 + p, g, item
+                   FROM generate_series(1, {DRAWS}) g, generate_series(1, {people}) p,
+                        (VALUES ('A', 3), ('B', 2)) AS r(item, n), generate_series(1, n)"
+            ),
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN both_items.person IS 'privacy_unit'",
+            "ANALYZE both_items",
+            "SET pg_exp_mech.seed = 20261126",
+        ]);
+        let (epsilon, delta) = (0.2_f64, 0.5_f64);
+        let temperature = 1.0 / epsilon;
+        let softplus = (1.0 + epsilon.exp()).ln();
+        // [P(A), P(B), P(nothing)] when A has `a` people, B `b`, at Δ0 = `items`.
+        let law = |a: f64, b: f64, items: f64| {
+            let bottom = softplus - (delta / items).ln();
+            let weights = [
+                (a / temperature).exp(),
+                (b / temperature).exp(),
+                bottom.exp(),
+            ];
+            let total: f64 = weights.iter().sum();
+            weights.map(|w| w / total)
+        };
+        let binomial = |x: u64| {
+            (1..=x).fold(1.0, |c, i| c * (people - x + i) as f64 / i as f64)
+                * 0.5f64.powi(people as i32)
+        };
+        let mixture = (0..=people).fold([0.0; 3], |sum, x| {
+            let p = law(x as f64, (people - x) as f64, 1.0);
+            [0, 1, 2].map(|i| sum[i] + binomial(x) * p[i])
+        });
+        let draws = |items: u32| {
+            run(&[&format!("SET pg_exp_mech.max_items_per_unit = {items}")]);
+            counts_of(
+                &frequencies(
+                    "SELECT dp_top_k_unknown_domain(item, 1, 1, 0.2, 0.5, 1, 2) FROM both_items GROUP BY g",
+                ),
+                &["{A}", "{B}", "{}"],
+            )
+        };
+        let everyone = law(people as f64, people as f64, 1.0);
+        assert_matches_distribution(&draws(1), &mixture, &everyone);
+        let both = law(people as f64, people as f64, 2.0);
+        assert_matches_distribution(&draws(2), &both, &everyone);
+        run(&["RESET pg_exp_mech.max_items_per_unit"]);
+        // The statement is charged its ε and δ, whatever L and Δ0 divide them by.
+        role("items_analyst", "both_items");
+        run(&["SET pg_exp_mech.max_items_per_unit = 7"]);
+        let query =
+            "SELECT dp_top_k_unknown_domain(item, 1, 1, 0.2, 0.001) FROM both_items GROUP BY g";
+        assert_eq!(charged("items_analyst", query), (1, 0.2));
+        let delta = column(
+            "SELECT delta::text FROM dp_ledger WHERE kind = 'charge' AND role::text = 'items_analyst'",
+        );
+        assert_eq!(delta, ["0.001"]);
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
@@ -311,10 +377,6 @@ mod tests {
         ] {
             assert_eq!(error_of(query), lost(reason), "{query}");
         }
-        assert_eq!(
-            error_of("SELECT dp_top_k_unknown_domain(item, 1, 1, 1, 1e-6) FROM rated"),
-            "0A000: rows of table \"rated\", whose privacy unit is column \"person\", reach dp_top_k_unknown_domain because its items come from the data, and bounding how many items a unit touches is not supported yet; give the candidates from a public table to dp_top_k"
-        );
         // Followed: a view, a per-row subquery, a public join, unnest of a row's own value;
         // a DP release inside is public.
         for query in [
