@@ -83,7 +83,7 @@ impl LimitedDomain {
     /// items its clamped sum c_j ∈ [0, 1]. Steps 1 and 2 still hold (every utility and the
     /// threshold move by [0, 1], all upwards); in step 3 at most Δ0 items enter T (and at
     /// most Δ0 leave it), so a union bound gives Δ0·δ_t on each side: the plan passes δ/Δ0
-    /// as this mechanism's δ (Durfee and Rogers's ℓ0 bound Δ0, their §5).
+    /// as this mechanism's δ. (Their proof, with a union bound over the unit's Δ0 items.)
     pub fn threshold_offset(&self) -> f64 {
         self.temperature() * (softplus(self.epsilon) - self.delta.ln())
     }
