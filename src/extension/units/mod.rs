@@ -5,6 +5,7 @@
 //! - `labels`: the declaration, its catalog lookup and the view `dp_privacy_units`;
 //! - `follow`: from a query level with DP aggregates down to the protected table's unit
 //!   column, through FROM subqueries (and views) that keep rows apart, or a refusal;
+//! - `grouping_sets`: a level with GROUPING SETS split into one GROUP BY per set;
 //! - `rewrite`: the transformation of that level, from input tree to output tree;
 //! - `functions`: the SQL functions the bounded plan calls.
 //!
@@ -14,6 +15,7 @@
 mod follow;
 mod functions;
 mod functions_called;
+mod grouping_sets;
 mod labels;
 mod rewrite;
 #[cfg(any(test, feature = "pg_test"))]
@@ -136,7 +138,14 @@ unsafe fn bound_level(query: *mut pg_sys::Query, enclosing: &mut Vec<*mut pg_sys
         }
         let source = follow::unit_of_query(query, enclosing, calls.name()).or_raise();
         if let Some(source) = source {
-            rewrite::bound(query, &source, &calls).or_raise();
+            match grouping_sets::split(query, &source, calls.name()).or_raise() {
+                Some(branches) => {
+                    for branch in branches {
+                        rewrite::bound(branch, &source, &dp_calls(branch)).or_raise();
+                    }
+                }
+                None => rewrite::bound(query, &source, &calls).or_raise(),
+            }
         }
     }
 }

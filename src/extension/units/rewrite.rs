@@ -339,9 +339,6 @@ pub unsafe fn bound(
         if calls.nested.is_some() {
             return refuse("from inside a subquery of the level whose rows it aggregates: write the aggregate in that level's select list");
         }
-        if !PgList::<c_void>::from_pg(q.groupingSets).is_empty() {
-            return refuse("with GROUPING SETS, ROLLUP or CUBE, which privacy units do not support yet: run one GROUP BY per grouping set");
-        }
         if !PgList::<c_void>::from_pg(q.cteList).is_empty()
             && (pg_sys::checkExprHasSubLink(q.targetList.cast())
                 || pg_sys::checkExprHasSubLink(q.havingQual))

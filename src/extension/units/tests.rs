@@ -154,6 +154,73 @@ mod tests {
         assert_eq!(delta, ["0.001"]);
     }
 
+    /// Each grouping set is its own release with L within it: in ROLLUP (g, item) the set
+    /// (g) has the per-person law although each person also sits in several (g, item)
+    /// groups, of which it keeps one there. GROUPING(), the keys outside a set (NULL),
+    /// ORDER BY and the empty set's row on no rows are PostgreSQL's; each set is charged.
+    #[pg_test]
+    fn units_grouping_sets_bound_each_set_alone() {
+        many_rows_table("rolled");
+        let answers = column(
+            "SELECT answer FROM (SELECT g, GROUPING(g, item) AS level,
+                    dp_argmax(item, score, 1.0, 1, ARRAY['a', 'b', 'c', 'd']) AS answer
+               FROM rolled GROUP BY ROLLUP (g, item)) r WHERE level = 1 ORDER BY g",
+        );
+        assert_eq!(answers.len(), DRAWS);
+        let counts: Vec<u64> = ITEMS
+            .iter()
+            .map(|item| answers.iter().filter(|a| a == item).count() as u64)
+            .collect();
+        // Wrong: L = 1 over all groups of the ROLLUP, so that in the set (g) person 1
+        // counts for one of b, c, d and person 2 for one of c, d (6 equally likely choices).
+        let mut shared = [0.0; 4];
+        for first in 1..4 {
+            for second in 2..4 {
+                let mut people = [0.0; 4];
+                people[first] += 1.0;
+                people[second] += 1.0;
+                people[3] += 1.0;
+                let law = softmax(&people, 1.0);
+                (0..4).for_each(|i| shared[i] += law[i] / 6.0);
+            }
+        }
+        assert_matches_distribution(&counts, &softmax(&[0.0, 1.0, 2.0, 3.0], 1.0), &shared);
+        // The shape PostgreSQL gives: per g, 3 item groups, the (g) row and one () row.
+        let shape = column(
+            "SELECT coalesce(g::text, '-') || ':' || coalesce(item, '-') || ':' || GROUPING(g, item)
+                    || ':' || (dp_argmax(item, score, 1.0, 1, ARRAY['a', 'b', 'c', 'd']) IS NOT NULL)
+               FROM rolled WHERE g <= 2 GROUP BY ROLLUP (g, item) ORDER BY g NULLS LAST, item NULLS LAST LIMIT 9",
+        );
+        assert_eq!(
+            shape,
+            [
+                "1:b:0:true",
+                "1:c:0:true",
+                "1:d:0:true",
+                "1:-:1:true",
+                "2:b:0:true",
+                "2:c:0:true",
+                "2:d:0:true",
+                "2:-:1:true",
+                "-:-:3:true"
+            ]
+        );
+        let empty = column(
+            "SELECT GROUPING(g) || ':' || coalesce(dp_argmax(item, score, 1.0)::text, 'NULL')
+               FROM rolled WHERE false GROUP BY ROLLUP (g)",
+        );
+        assert_eq!(empty, ["1:NULL"]);
+        // Two sets, two releases at ε each.
+        role("rollup_analyst", "rolled");
+        let query =
+            "SELECT dp_argmax(item, 1, 0.25, 1, ARRAY['a']) FROM rolled GROUP BY ROLLUP (g)";
+        assert_eq!(charged("rollup_analyst", query).1, 0.5);
+        assert_eq!(
+            error_of("SELECT g, dp_argmax(item, 1, 1), rank() OVER (ORDER BY g) FROM rolled GROUP BY CUBE (g)"),
+            "0A000: rows of table \"rolled\", whose privacy unit is column \"person\", reach dp_argmax with GROUPING SETS, ROLLUP or CUBE and a window or set-returning function in the same select list: compute them in an outer query"
+        );
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
@@ -361,10 +428,6 @@ mod tests {
             (
                 "SELECT dp_argmax(r.item, 1, 1) FROM rated_too t JOIN rated r ON r.item = t.item",
                 "joined to \"rated_too\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on rated.person = rated_too.person (or join one of them to public tables only)",
-            ),
-            (
-                "SELECT item, dp_argmax(item, 1, 1) FROM rated GROUP BY ROLLUP (item)",
-                "with GROUPING SETS, ROLLUP or CUBE, which privacy units do not support yet: run one GROUP BY per grouping set",
             ),
             (
                 "SELECT dp_argmax(item, 1, 1) OVER () FROM rated",
