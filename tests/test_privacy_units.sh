@@ -46,13 +46,25 @@ error="$({ analyst -v VERBOSITY=verbose -c "SELECT dp_argmax(movie_id, 1, 1.0) F
 assert_eq "$error" "42501: permission denied for table ratings" "no access to the table"
 assert_eq "$(spent)" "3.5" "refusals are not charged"
 
-echo "4. pg_dump and pg_restore keep the declaration"
+echo "4. pg_dump and pg_restore keep the declaration (foreign key references too)"
+# Each order is a customer's own; one customer's order holds 500 rows of 'rare'.
+sql <<'SQL'
+CREATE TABLE orders(id bigint PRIMARY KEY, customer int);
+CREATE TABLE order_items(order_id bigint REFERENCES orders (id), item text);
+SECURITY LABEL FOR pg_exp_mech ON COLUMN orders.customer IS 'privacy_unit';
+SECURITY LABEL FOR pg_exp_mech ON COLUMN order_items.order_id IS 'references_privacy_unit';
+INSERT INTO orders SELECT o, o FROM generate_series(1, 30) o;
+INSERT INTO order_items SELECT 1, 'rare' FROM generate_series(1, 500);
+INSERT INTO order_items SELECT o, 'common' FROM generate_series(1, 30) o;
+SQL
 dump="$CLUSTER/units.dump"
 as_owner "$(pg_bindir)/pg_dump" -h "$CLUSTER" -p "$PORT" -U postgres -Fc -f "$dump" postgres
 sql -c "CREATE DATABASE restored"
 as_owner "$(pg_bindir)/pg_restore" -h "$CLUSTER" -p "$PORT" -U postgres -d restored "$dump"
-assert_eq "$(sql -d restored -c "SELECT format('%s.%s', \"table\", \"column\") FROM dp_privacy_units")" \
-    "ratings.user_id" "the label after restore"
+assert_eq "$(sql -d restored -c "SELECT string_agg(format('%s.%s %s', \"table\", \"column\", coalesce(\"references\"::text, '-')), ' ' ORDER BY \"table\"::text) FROM dp_privacy_units")" \
+    "order_items.order_id orders orders.customer - ratings.user_id -" "the labels after restore"
+assert_eq "$(sql -d restored -c "SELECT dp_argmax(item, 1, 1.0) FROM order_items")" \
+    "common" "the restored foreign key still leads to the customer"
 assert_eq "$(sql -d restored -c "SELECT dp_argmax(m.title, (r.user_id IS NOT NULL)::int, 1.0) FROM movies m LEFT JOIN ratings r USING (movie_id)")" \
     "Forrest Gump (1994)" "the restored table counts users"
 error="$({ sql -d restored -v VERBOSITY=verbose -c "SELECT dp_argmax(movie_id, 1, 1.0) FROM (SELECT DISTINCT movie_id, user_id FROM ratings) s" 2>&1 || true; } | first_error)"
@@ -68,7 +80,7 @@ sql -c "CREATE TABLE late(person int, item text)" \
     -c "SECURITY LABEL FOR pg_exp_mech ON COLUMN late.person IS 'privacy_unit'"
 caught_up "$STANDBY" "$STANDBY_PORT"
 assert_eq "$(on "$STANDBY" "$STANDBY_PORT" -c "SELECT string_agg(format('%s.%s', \"table\", \"column\"), ' ' ORDER BY \"table\"::text) FROM dp_privacy_units")" \
-    "late.person ratings.user_id" "labels on the standby"
+    "late.person order_items.order_id orders.customer ratings.user_id" "labels on the standby"
 assert_eq "$(on "$STANDBY" "$STANDBY_PORT" -c "SELECT dp_argmax(m.title, (r.user_id IS NOT NULL)::int, 1.0) FROM movies m LEFT JOIN ratings r USING (movie_id)")" \
     "Forrest Gump (1994)" "the standby counts users"
 echo "privacy units: all checks passed"

@@ -21,6 +21,11 @@ use std::ffi::{c_void, CString};
 pub struct Source {
     pub unit: Unit,
     pub expression: *mut pg_sys::Expr,
+    /// Foreign key columns the unit was followed along, (entry, column, referenced
+    /// table, its key column): an equality of one with that key joins on the unit.
+    pub keys: Vec<(i32, i16, pg_sys::Oid, i16)>,
+    /// The entry and table, when the rows are a labelled table's own.
+    pub relation: Option<(i32, pg_sys::Oid)>,
 }
 
 /// The refusal of rows of `unit`'s table that reach `aggregate` as `reason` says.
@@ -48,8 +53,12 @@ pub unsafe fn unit_of_query(
     unsafe {
         note_protected_ctes(enclosing);
         note_protected_ctes(&[query]);
-        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
-        for (index, rte) in rtable.iter_ptr().enumerate() {
+        // Collected first: following a foreign key adds entries to the range table.
+        let rtable: Vec<*mut pg_sys::RangeTblEntry> =
+            PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable)
+                .iter_ptr()
+                .collect();
+        for (index, &rte) in rtable.iter().enumerate() {
             let rti = (index + 1) as i32;
             match (*rte).rtekind {
                 pg_sys::RTEKind::RTE_RELATION => {
@@ -57,8 +66,24 @@ pub unsafe fn unit_of_query(
                         if unit.attribute <= 0 {
                             return Err(refusal(&unit, aggregate, "through a parent table that lacks the unit column of its labelled child: label a column of the parent that every child has"));
                         }
-                        let expression = column_var((*rte).relid, rti, unit.attribute);
-                        sources.push(Source { unit, expression });
+                        if unit.by_reference {
+                            let source = super::keys::followed_unit(
+                                query,
+                                rti,
+                                (*rte).relid,
+                                unit,
+                                aggregate,
+                            )?;
+                            sources.push(source);
+                        } else {
+                            let expression = column_var((*rte).relid, rti, unit.attribute);
+                            sources.push(Source {
+                                unit,
+                                expression,
+                                keys: Vec::new(),
+                                relation: Some((rti, (*rte).relid)),
+                            });
+                        }
                     }
                 }
                 pg_sys::RTEKind::RTE_SUBQUERY => {
@@ -87,6 +112,8 @@ pub unsafe fn unit_of_query(
                     sources.push(Source {
                         unit: inner.unit,
                         expression: expression.cast(),
+                        keys: Vec::new(),
+                        relation: None,
                     });
                 }
                 pg_sys::RTEKind::RTE_CTE => {
@@ -156,13 +183,7 @@ unsafe fn joined_on_the_unit(
             }
         }
         for (left, right) in equalities {
-            let side = |var: *mut pg_sys::Var| {
-                sources.iter().position(|source| {
-                    let unit = source.expression as *mut pg_sys::Var;
-                    (*unit).varno == (*var).varno && (*unit).varattno == (*var).varattno
-                })
-            };
-            if let (Some(a), Some(b)) = (side(left), side(right)) {
+            if let Some((a, b)) = same_unit(&sources, left, right) {
                 let (a, b) = (find(&mut root, a), find(&mut root, b));
                 root[a] = b;
             }
@@ -201,7 +222,68 @@ unsafe fn joined_on_the_unit(
         Ok(Source {
             unit: sources[0].unit.clone(),
             expression: coalesce.into_pg().cast(),
+            keys: Vec::new(),
+            relation: None,
         })
+    }
+}
+
+/// The two sources whose rows `left = right` puts in one unit: their unit columns; a
+/// foreign key followed to the unit and the key it references (order_items.order_id =
+/// orders.id); or two foreign keys to the same key.
+///
+/// # Safety
+/// The sources' expressions and the two arguments must be Vars of one query.
+unsafe fn same_unit(
+    sources: &[Source],
+    left: *mut pg_sys::Var,
+    right: *mut pg_sys::Var,
+) -> Option<(usize, usize)> {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let at = |var: *mut pg_sys::Var| ((*var).varno, (*var).varattno);
+        let unit_of = |var| {
+            sources
+                .iter()
+                .position(|source| at(source.expression as *mut pg_sys::Var) == at(var))
+        };
+        if let (Some(a), Some(b)) = (unit_of(left), unit_of(right)) {
+            return Some((a, b));
+        }
+        // (source, referenced table, key column) of a followed foreign key column.
+        let key_of = |var| {
+            sources.iter().enumerate().find_map(|(i, source)| {
+                source
+                    .keys
+                    .iter()
+                    .find(|&&(rti, column, _, _)| (rti, column) == at(var))
+                    .map(|&(_, _, table, key)| (i, table, key))
+            })
+        };
+        // (source, table, column) of a labelled table's own column.
+        let column_of = |var| {
+            sources.iter().enumerate().find_map(|(i, source)| {
+                source
+                    .relation
+                    .filter(|&(rti, _)| rti == at(var).0)
+                    .map(|(_, table)| (i, table, at(var).1))
+            })
+        };
+        for (a, b) in [(left, right), (right, left)] {
+            if let Some((i, table, key)) = key_of(a) {
+                if let Some((j, other, column)) = column_of(b) {
+                    if (other, column) == (table, key) {
+                        return Some((i, j));
+                    }
+                }
+                if let Some((j, other, other_key)) = key_of(b) {
+                    if (other, other_key) == (table, key) {
+                        return Some((i, j));
+                    }
+                }
+            }
+        }
+        None
     }
 }
 
@@ -470,7 +552,7 @@ unsafe extern "C-unwind" fn protected_walker(
 ///
 /// # Safety
 /// `relation` must exist and have column `attribute`.
-unsafe fn column_var(relation: pg_sys::Oid, rti: i32, attribute: i16) -> *mut pg_sys::Expr {
+pub unsafe fn column_var(relation: pg_sys::Oid, rti: i32, attribute: i16) -> *mut pg_sys::Expr {
     // SAFETY: a catalog lookup of an existing column.
     unsafe {
         let (mut typid, mut typmod, mut collation) = (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);

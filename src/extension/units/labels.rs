@@ -1,4 +1,6 @@
-//! The declaration: `SECURITY LABEL FOR pg_exp_mech ON COLUMN t.c IS 'privacy_unit'`.
+//! The declaration: `SECURITY LABEL FOR pg_exp_mech ON COLUMN t.c IS 'privacy_unit'`, or,
+//! for a table whose rows reach the person through a foreign key,
+//! `... ON COLUMN order_items.order_id IS 'references_privacy_unit'` (keys.rs follows it).
 //!
 //! A security label lives in the catalog (pg_seclabel): pg_dump and pg_restore keep it,
 //! standbys receive it, and only the table's owner may set it (PostgreSQL checks that
@@ -13,15 +15,19 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 
-/// The one label the provider accepts.
+/// The label of the column that holds the person.
 pub const PRIVACY_UNIT: &str = "privacy_unit";
+/// The label of a single-column foreign key to a table with a privacy unit.
+pub const REFERENCES_PRIVACY_UNIT: &str = "references_privacy_unit";
 
-/// A table's privacy unit: the column that holds the person.
+/// A table's privacy unit: the column that holds the person (or, `by_reference`, the
+/// foreign key column whose referenced row holds it).
 #[derive(Debug, Clone)]
 pub struct Unit {
     pub table: String,
     pub column: String,
     pub attribute: i16,
+    pub by_reference: bool,
 }
 
 thread_local! {
@@ -95,23 +101,25 @@ unsafe extern "C-unwind" fn check_label(
         invalid("a privacy unit is declared on a column of a table (a view's rows are protected through its tables)".into());
     }
     if let Some(label) = &label {
-        if label != PRIVACY_UNIT {
+        if label != PRIVACY_UNIT && label != REFERENCES_PRIVACY_UNIT {
             invalid(format!(
-                "pg_exp_mech knows one label, 'privacy_unit', not '{label}'"
+                "pg_exp_mech knows the column labels 'privacy_unit' and 'references_privacy_unit', not '{label}'"
             ));
         }
         // The plan sorts and hashes by the unit: a type without both is refused now,
-        // not by an error of the planner later.
+        // not by an error of the planner later. (A reference's foreign key is checked
+        // when a query reads it: pg_restore adds foreign keys after the labels.)
         // SAFETY: a column of an existing relation; the type cache entry lives on.
-        let suitable = unsafe {
-            let type_ = pg_sys::get_atttype(relation, column as i16);
-            let cache = pg_sys::lookup_type_cache(
-                type_,
-                (pg_sys::TYPECACHE_LT_OPR | pg_sys::TYPECACHE_HASH_EXTENDED_PROC) as i32,
-            );
-            (*cache).lt_opr != pg_sys::InvalidOid
-                && (*cache).hash_extended_proc != pg_sys::InvalidOid
-        };
+        let suitable = label == REFERENCES_PRIVACY_UNIT
+            || unsafe {
+                let type_ = pg_sys::get_atttype(relation, column as i16);
+                let cache = pg_sys::lookup_type_cache(
+                    type_,
+                    (pg_sys::TYPECACHE_LT_OPR | pg_sys::TYPECACHE_HASH_EXTENDED_PROC) as i32,
+                );
+                (*cache).lt_opr != pg_sys::InvalidOid
+                    && (*cache).hash_extended_proc != pg_sys::InvalidOid
+            };
         if !suitable {
             invalid("a privacy unit column needs a type with an ordering and a hash function (such as integer, bigint, text or uuid)".into());
         }
@@ -204,9 +212,9 @@ unsafe fn nearest_labelled(
 unsafe fn unit_named_by(labelled: Oid, relation: Oid) -> Option<Unit> {
     // SAFETY: catalog lookups of existing relations and columns.
     unsafe {
-        let (attribute, _) = column_labels(labelled)
+        let (attribute, label) = column_labels(labelled)
             .into_iter()
-            .filter(|(_, label)| label == PRIVACY_UNIT)
+            .filter(|(_, label)| label == PRIVACY_UNIT || label == REFERENCES_PRIVACY_UNIT)
             .min()?;
         let name = pg_sys::get_attname(labelled, attribute, true);
         if name.is_null() {
@@ -219,6 +227,7 @@ unsafe fn unit_named_by(labelled: Oid, relation: Oid) -> Option<Unit> {
             table: relation_name(relation),
             column: CStr::from_ptr(name).to_string_lossy().into_owned(),
             attribute: mine,
+            by_reference: label == REFERENCES_PRIVACY_UNIT,
         })
     }
 }
@@ -433,6 +442,9 @@ CREATE VIEW dp_privacy_units AS
 SELECT s.objoid::pg_catalog.regclass AS "table",
        a.attname AS "column",
        s.label,
+       (SELECT c.confrelid::pg_catalog.regclass FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid = s.objoid AND c.contype = 'f' AND c.conkey = ARRAY[s.objsubid]::pg_catalog.int2[]
+         ORDER BY c.oid LIMIT 1) AS "references",
        ARRAY(SELECT p.relid::pg_catalog.regclass
                FROM pg_catalog.pg_partition_tree(s.objoid::pg_catalog.regclass) p
               WHERE p.relid <> s.objoid ORDER BY p.level, p.relid::pg_catalog.regclass::text) AS partitions
@@ -440,7 +452,7 @@ SELECT s.objoid::pg_catalog.regclass AS "table",
   JOIN pg_catalog.pg_attribute a ON a.attrelid = s.objoid AND a.attnum = s.objsubid
  WHERE s.provider = 'pg_exp_mech' AND s.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass;
 COMMENT ON VIEW dp_privacy_units IS
-  'The declared privacy units: each table whose rows belong to a person, the column that names the person, and the partitions that inherit it. Declare one with SECURITY LABEL FOR pg_exp_mech ON COLUMN t.c IS ''privacy_unit''.';
+  'The declared privacy units: each table whose rows belong to a person, the column that names the person (label privacy_unit) or the foreign key column whose referenced row does (label references_privacy_unit, and the table it references), and the partitions that inherit it. Declare one with SECURITY LABEL FOR pg_exp_mech ON COLUMN t.c IS ''privacy_unit''.';
 GRANT SELECT ON dp_privacy_units TO PUBLIC;
 "#,
     name = "privacy_units_view",

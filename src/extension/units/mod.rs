@@ -5,6 +5,7 @@
 //! - `labels`: the declaration, its catalog lookup and the view `dp_privacy_units`;
 //! - `follow`: from a query level with DP aggregates down to the protected table's unit
 //!   column, through FROM subqueries (and views) that keep rows apart, or a refusal;
+//! - `keys`: units found along foreign keys (order_items → orders);
 //! - `grouping_sets`: a level with GROUPING SETS split into one GROUP BY per set;
 //! - `rewrite`: the transformation of that level, from input tree to output tree;
 //! - `functions`: the SQL functions the bounded plan calls.
@@ -16,6 +17,7 @@ mod follow;
 mod functions;
 mod functions_called;
 mod grouping_sets;
+mod keys;
 mod labels;
 mod rewrite;
 #[cfg(any(test, feature = "pg_test"))]

@@ -221,6 +221,78 @@ mod tests {
         );
     }
 
+    /// order_items reaches the person through its foreign key to orders: read alone, or
+    /// joined along that key, an item's score is its number of distinct customers (each
+    /// row here is an order of its own, so rows would give 7, 13, 16). A row whose key is
+    /// NULL belongs to no one and is left out (50 such rows on 'a' per group). The
+    /// analyst needs no privilege on orders.
+    #[pg_test]
+    fn units_follow_foreign_keys_to_the_unit() {
+        run(&[
+            &format!(
+                "CREATE TABLE staging AS SELECT row_number() OVER () AS id, g * 100 + p AS person, g, item
+                   FROM generate_series(1, {DRAWS}) g,
+                        (VALUES (1, 'b', 7), (1, 'c', 3), (1, 'd', 5), (2, 'c', 10), (2, 'd', 2),
+                                (3, 'd', 9)) AS r(p, item, n),
+                        generate_series(1, n)"
+            ),
+            "CREATE TABLE orders(id bigint PRIMARY KEY, customer bigint, g int)",
+            "CREATE TABLE order_items(order_id bigint REFERENCES orders (id), g int, item text)",
+            "INSERT INTO orders SELECT id, person, g FROM staging",
+            "INSERT INTO order_items SELECT id, g, item FROM staging",
+            &format!("INSERT INTO order_items SELECT NULL, g, 'a' FROM generate_series(1, {DRAWS}) g, generate_series(1, 50)"),
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN orders.customer IS 'privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN order_items.order_id IS 'references_privacy_unit'",
+            "ANALYZE orders",
+            "ANALYZE order_items",
+            "SET pg_exp_mech.seed = 20261127",
+        ]);
+        let people = softmax(&[0.0, 1.0, 2.0, 3.0], 1.0);
+        let rows = softmax(&[50.0, 7.0, 13.0, 16.0], 1.0);
+        for query in [
+            "SELECT dp_argmax(item, 1, 1.0, 1, ARRAY['a', 'b', 'c', 'd']) FROM order_items GROUP BY g",
+            "SELECT dp_argmax(i.item, 1, 1.0, 1, ARRAY['a', 'b', 'c', 'd'])
+               FROM order_items i JOIN orders o ON o.id = i.order_id GROUP BY o.g",
+        ] {
+            let counts = counts_of(&frequencies(query), &ITEMS);
+            assert_matches_distribution(&counts, &people, &rows);
+        }
+        assert_eq!(
+            column("SELECT \"table\" || ' ' || \"column\" || ' ' || label || ' ' || coalesce(\"references\"::text, '-') FROM dp_privacy_units ORDER BY 1"),
+            ["order_items order_id references_privacy_unit orders", "orders customer privacy_unit -"]
+        );
+        role("items_reader", "order_items");
+        run(&["SET SESSION AUTHORIZATION items_reader"]);
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 1.0) FROM order_items"),
+            "no error"
+        );
+        assert!(error_of("SELECT count(*) FROM orders").starts_with("42501"));
+        run(&["RESET SESSION AUTHORIZATION"]);
+        let lost = |table: &str, column: &str, reason: &str| {
+            format!("0A000: rows of table \"{table}\", whose privacy unit is column \"{column}\", reach dp_argmax {reason}")
+        };
+        assert_eq!(
+            error_of("SELECT dp_argmax(i.item, 1, 1) FROM order_items i JOIN orders o ON o.g = i.g"),
+            lost("orders", "customer", "joined to \"order_items\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on orders.customer = order_items.order_id (or join one of them to public tables only)")
+        );
+        run(&[
+            "CREATE TABLE loose(order_id bigint, item text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN loose.order_id IS 'references_privacy_unit'",
+            "CREATE TABLE unowned(id bigint PRIMARY KEY)",
+            "CREATE TABLE dangling(id bigint REFERENCES unowned (id), item text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN dangling.id IS 'references_privacy_unit'",
+        ]);
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 1) FROM loose"),
+            lost("loose", "order_id", "through a column labelled 'references_privacy_unit' that has no single-column foreign key: add one (FOREIGN KEY (column) REFERENCES table (key)), or label the unit column itself 'privacy_unit'")
+        );
+        assert_eq!(
+            error_of("SELECT dp_argmax(item, 1, 1) FROM dangling"),
+            lost("dangling", "id", "through its foreign key to table \"unowned\", which has no privacy unit: label that table's unit column")
+        );
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
@@ -468,7 +540,7 @@ mod tests {
         for (statement, error) in [
             (
                 "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared.person IS 'person'",
-                "22023: pg_exp_mech knows one label, 'privacy_unit', not 'person'",
+                "22023: pg_exp_mech knows the column labels 'privacy_unit' and 'references_privacy_unit', not 'person'",
             ),
             (
                 "SECURITY LABEL FOR pg_exp_mech ON TABLE declared IS 'privacy_unit'",

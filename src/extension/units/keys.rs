@@ -1,0 +1,236 @@
+//! Units found along foreign keys: a table whose column is labelled
+//! 'references_privacy_unit' (order_items.order_id) has the unit of the row its
+//! single-column foreign key references (orders, whose customer_id is the unit, or which
+//! itself references such a table).
+//!
+//! Each row of the referencing table is joined, inside the level, to the row it
+//! references: the range-table entry `order_items` becomes `(order_items JOIN orders ON
+//! orders.id = order_items.order_id)` in the join tree, and the unit is
+//! `orders.customer_id`. The referenced table is read for the unit only (no privilege on
+//! it is needed, and nothing of it reaches the answer). A row whose key is NULL, or
+//! names no row (a foreign key NOT VALID), belongs to no person and is left out: a
+//! transformation of that row alone. Neighbours differ by one unit's rows in every
+//! protected table: its orders and the order_items that reference them.
+
+use super::follow::{refusal, Source};
+use super::labels::{unit_of, Unit};
+use crate::error::Error;
+use pgrx::pg_sys::{self, NodeTag, Oid};
+use pgrx::{is_a, PgBox, PgList};
+
+/// How many references deep a unit is followed (order_item_notes → order_items →
+/// orders): beyond, a cycle of declarations.
+const MAX_DEPTH: usize = 8;
+
+/// The unit of range-table entry `rti` (table `relation`, declared by `unit`) as an
+/// expression of `query`'s rows, joining the referenced tables into the level.
+///
+/// # Safety
+/// `query` must be a valid Query being planned whose entry `rti` reads `relation`.
+pub unsafe fn followed_unit(
+    query: *mut pg_sys::Query,
+    rti: i32,
+    relation: Oid,
+    unit: Unit,
+    aggregate: &str,
+) -> Result<Source, Error> {
+    let mut keys = Vec::new();
+    let (mut rti, mut relation, mut current) = (rti, relation, unit.clone());
+    for _ in 0..MAX_DEPTH {
+        if !current.by_reference {
+            // SAFETY: a column of an existing relation, entry `rti` of the query.
+            let expression = unsafe { super::follow::column_var(relation, rti, current.attribute) };
+            return Ok(Source {
+                unit,
+                expression,
+                keys,
+                relation: None,
+            });
+        }
+        // SAFETY: the relation is locked by the query that reads it.
+        let key = unsafe { foreign_key(relation, current.attribute) }
+            .map_err(|reason| refusal(&current, aggregate, &reason))?;
+        let Some(next) = unit_of(key.confrelid) else {
+            return Err(refusal(
+                &current,
+                aggregate,
+                &format!(
+                    "through its foreign key to table \"{}\", which has no privacy unit: label that table's unit column",
+                    relation_name(key.confrelid)
+                ),
+            ));
+        };
+        if next.attribute <= 0 {
+            return Err(refusal(&next, aggregate, "through a parent table that lacks the unit column of its labelled child: label a column of the parent that every child has"));
+        }
+        // SAFETY: as the caller guarantees; the new entry is locked before it is read.
+        let joined = unsafe { join_referenced(query, rti, &key) };
+        keys.push((rti, current.attribute, key.confrelid, key.confkey[0]));
+        (rti, relation, current) = (joined, key.confrelid, next);
+    }
+    Err(refusal(
+        &unit,
+        aggregate,
+        "through more than 8 foreign keys declared 'references_privacy_unit' (a cycle?): label the unit column of one of the tables",
+    ))
+}
+
+/// The one single-column foreign key of `relation` on column `attribute`.
+///
+/// # Safety
+/// `relation` must be locked.
+unsafe fn foreign_key(
+    relation: Oid,
+    attribute: i16,
+) -> Result<pg_sys::ForeignKeyCacheInfo, String> {
+    // SAFETY: the relation cache's list of foreign keys, copied out before the relation
+    // is closed.
+    unsafe {
+        let opened = pg_sys::relation_open(relation, pg_sys::NoLock as i32);
+        let keys: Vec<pg_sys::ForeignKeyCacheInfo> =
+            PgList::<pg_sys::ForeignKeyCacheInfo>::from_pg(pg_sys::RelationGetFKeyList(opened))
+                .iter_ptr()
+                .filter(|&key| (*key).nkeys == 1 && (*key).conkey[0] == attribute)
+                .map(|key| *key)
+                .collect();
+        pg_sys::relation_close(opened, pg_sys::NoLock as i32);
+        match keys.as_slice() {
+            [key] => Ok(*key),
+            [] => Err("through a column labelled 'references_privacy_unit' that has no single-column foreign key: add one (FOREIGN KEY (column) REFERENCES table (key)), or label the unit column itself 'privacy_unit'".into()),
+            _ => Err("through a column labelled 'references_privacy_unit' that has several foreign keys: keep one".into()),
+        }
+    }
+}
+
+/// Adds the table `key` references to the range table, and replaces entry `rti` in the
+/// join tree by `rti JOIN referenced ON referenced.key = rti.column`; the new entry.
+///
+/// # Safety
+/// `query` must be a valid Query whose entry `rti` reads the key's table.
+unsafe fn join_referenced(
+    query: *mut pg_sys::Query,
+    rti: i32,
+    key: &pg_sys::ForeignKeyCacheInfo,
+) -> i32 {
+    // SAFETY: nodes made with PostgreSQL's constructors; the referenced table is locked
+    // as the parser locks what it reads, and read without a privilege check.
+    unsafe {
+        let referenced = key.confrelid;
+        pg_sys::LockRelationOid(referenced, pg_sys::AccessShareLock as i32);
+        let mut rte = PgBox::<pg_sys::RangeTblEntry>::alloc_node(NodeTag::T_RangeTblEntry);
+        rte.rtekind = pg_sys::RTEKind::RTE_RELATION;
+        rte.relid = referenced;
+        rte.relkind = pg_sys::get_rel_relkind(referenced);
+        rte.rellockmode = pg_sys::AccessShareLock as i32;
+        rte.inh = true;
+        let name = pg_sys::get_rel_name(referenced);
+        let opened = pg_sys::relation_open(referenced, pg_sys::NoLock as i32);
+        let descriptor = (*opened).rd_att;
+        let mut names = std::ptr::null_mut();
+        for i in 0..(*descriptor).natts {
+            let attribute = (*descriptor).attrs.as_ptr().add(i as usize);
+            let column = if (*attribute).attisdropped {
+                pg_sys::pstrdup(c"".as_ptr())
+            } else {
+                pg_sys::pstrdup((*attribute).attname.data.as_ptr())
+            };
+            names = pg_sys::lappend(names, pg_sys::makeString(column).cast());
+        }
+        pg_sys::relation_close(opened, pg_sys::NoLock as i32);
+        rte.alias = std::ptr::null_mut();
+        rte.eref = pg_sys::makeAlias(name, names);
+        rte.inFromCl = true;
+        (*query).rtable = pg_sys::lappend((*query).rtable, rte.into_pg().cast());
+        let joined = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).len() as i32;
+        let (mut fk_type, mut fk_typmod, mut fk_collation) =
+            (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
+        pg_sys::get_atttypetypmodcoll(
+            key.conrelid,
+            key.conkey[0],
+            &mut fk_type,
+            &mut fk_typmod,
+            &mut fk_collation,
+        );
+        let (mut pk_type, mut pk_typmod, mut pk_collation) =
+            (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
+        pg_sys::get_atttypetypmodcoll(
+            referenced,
+            key.confkey[0],
+            &mut pk_type,
+            &mut pk_typmod,
+            &mut pk_collation,
+        );
+        let equal = pg_sys::make_opclause(
+            key.conpfeqop[0],
+            pg_sys::BOOLOID,
+            false,
+            pg_sys::makeVar(joined, key.confkey[0], pk_type, pk_typmod, pk_collation, 0).cast(),
+            pg_sys::makeVar(rti, key.conkey[0], fk_type, fk_typmod, fk_collation, 0).cast(),
+            pg_sys::InvalidOid,
+            pg_sys::get_typcollation(pk_type),
+        );
+        pg_sys::set_opfuncid(equal.cast());
+        let pair = pg_sys::makeFromExpr(
+            pg_sys::lappend(
+                pg_sys::lappend(std::ptr::null_mut(), reference(rti).cast()),
+                reference(joined).cast(),
+            ),
+            equal.cast(),
+        );
+        (*query).jointree = replace(((*query).jointree).cast(), rti, pair.cast()).cast();
+        joined
+    }
+}
+
+unsafe fn reference(rti: i32) -> *mut pg_sys::RangeTblRef {
+    let mut reference = PgBox::<pg_sys::RangeTblRef>::alloc_node(NodeTag::T_RangeTblRef);
+    reference.rtindex = rti;
+    reference.into_pg()
+}
+
+/// `node` with the reference to entry `rti` replaced by `by`.
+///
+/// # Safety
+/// `node` must be a join tree node of a valid Query.
+unsafe fn replace(node: *mut pg_sys::Node, rti: i32, by: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: nodes are cast after their tags are checked; lists are changed in place.
+    unsafe {
+        if node.is_null() {
+            return node;
+        }
+        if is_a(node, NodeTag::T_RangeTblRef) {
+            return if (*(node as *mut pg_sys::RangeTblRef)).rtindex == rti {
+                by
+            } else {
+                node
+            };
+        }
+        if is_a(node, NodeTag::T_JoinExpr) {
+            let join = node as *mut pg_sys::JoinExpr;
+            (*join).larg = replace((*join).larg, rti, by);
+            (*join).rarg = replace((*join).rarg, rti, by);
+        } else if is_a(node, NodeTag::T_FromExpr) {
+            let from = node as *mut pg_sys::FromExpr;
+            let mut items = std::ptr::null_mut();
+            for item in PgList::<pg_sys::Node>::from_pg((*from).fromlist).iter_ptr() {
+                items = pg_sys::lappend(items, replace(item, rti, by).cast());
+            }
+            (*from).fromlist = items;
+        }
+        node
+    }
+}
+
+fn relation_name(relation: Oid) -> String {
+    // SAFETY: a catalog lookup; NULL for a missing relation.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        if name.is_null() {
+            relation.to_u32().to_string()
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+}
