@@ -48,6 +48,57 @@ ensure_prerequisites() {
     fi
 }
 
+# PostgreSQL 18, built once from ../shared/vendor into a cache outside the clone (about 13
+# minutes on 2 cores; later runs find it), and registered with pgrx. Prints its pg_config.
+PG18_VERSION="18.6"
+PG18_TARBALL="$REPO/../shared/vendor/postgresql-$PG18_VERSION.tar.bz2"
+# Outside the clone, and readable by the clusters' owner (root's home is not).
+if [ "$(id -u)" -eq 0 ]; then
+    PG_EXP_MECH_CACHE="${PG_EXP_MECH_CACHE:-/var/cache/pg_exp_mech}"
+else
+    PG_EXP_MECH_CACHE="${PG_EXP_MECH_CACHE:-$HOME/.cache/pg_exp_mech}"
+fi
+PG18_PREFIX="$PG_EXP_MECH_CACHE/postgresql-$PG18_VERSION"
+ensure_pg18() {
+    local pg_config="$PG18_PREFIX/bin/pg_config"
+    # As Debian builds its own (ICU collations, which tests use), without the extras.
+    local configure=(--prefix="$PG18_PREFIX" --with-icu)
+    if [ "$(cat "$PG18_PREFIX/.configured" 2>/dev/null)" != "${configure[*]}" ] \
+        || ! "$pg_config" --version 2>/dev/null | grep -qx "PostgreSQL $PG18_VERSION"; then
+        local packages=(bison flex zlib1g-dev libreadline-dev libicu-dev) missing=() package
+        for package in "${packages[@]}"; do
+            dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+                || missing+=("$package")
+        done
+        if [ "${#missing[@]}" -gt 0 ]; then
+            say "installing ${missing[*]} (to build PostgreSQL $PG18_VERSION)"
+            as_root apt-get update -qq
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        fi
+        say "building PostgreSQL $PG18_VERSION into $PG18_PREFIX (about 13 minutes, once)"
+        # Installed into a staging directory, then moved into place: cargo pgrx refuses
+        # to run (for 15 too) while a registered pg_config is missing.
+        local build="$PG_EXP_MECH_CACHE/build-$PG18_VERSION"
+        rm -rf "$build"
+        mkdir -p "$build"
+        tar xjf "$PG18_TARBALL" -C "$build"
+        (cd "$build/postgresql-$PG18_VERSION" \
+            && ./configure "${configure[@]}" >"$build/configure.log" 2>&1 \
+            && make -j"$(nproc)" >"$build/make.log" 2>&1 \
+            && make install DESTDIR="$build/stage" >"$build/install.log" 2>&1) \
+            || { tail -n 30 "$build"/*.log >&2; exit 1; }
+        echo "${configure[*]}" > "$build/stage$PG18_PREFIX/.configured"
+        rm -rf "$PG18_PREFIX"
+        mv "$build/stage$PG18_PREFIX" "$PG18_PREFIX"
+        rm -rf "$build"
+    fi
+    if ! grep -qs "^pg18 = \"$pg_config\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+        say "registering PostgreSQL $PG18_VERSION with pgrx"
+        cargo pgrx init --pg15 "$PG_CONFIG" --pg18 "$pg_config" >/dev/null
+    fi
+    echo "$pg_config"
+}
+
 # Builds and installs the extension into the system PostgreSQL.
 # $1: "release" or "debug".
 install_extension() {

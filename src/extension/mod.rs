@@ -17,6 +17,7 @@ mod serialization;
 mod sql_testing;
 mod top_k;
 mod units;
+mod versions;
 
 pub use planner::install_planner;
 pub use units::install_units;

@@ -34,7 +34,6 @@ use pgrx::{is_a, PgList};
 use std::cell::Cell;
 use std::ffi::c_void;
 
-static mut PREVIOUS_EXECUTOR_RUN: pg_sys::ExecutorRun_hook_type = None;
 static mut PREVIOUS_EXECUTOR_FINISH: pg_sys::ExecutorFinish_hook_type = None;
 static mut PREVIOUS_EXECUTOR_END: pg_sys::ExecutorEnd_hook_type = None;
 
@@ -56,8 +55,7 @@ pub fn install_statistics() {
     unsafe {
         pg_sys::RegisterXactCallback(Some(transaction_ended), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(subtransaction_ended), std::ptr::null_mut());
-        PREVIOUS_EXECUTOR_RUN = pg_sys::ExecutorRun_hook;
-        pg_sys::ExecutorRun_hook = Some(silenced_run);
+        crate::extension::versions::install_executor_run(silenced_run);
         PREVIOUS_EXECUTOR_FINISH = pg_sys::ExecutorFinish_hook;
         pg_sys::ExecutorFinish_hook = Some(silenced_finish);
         PREVIOUS_EXECUTOR_END = pg_sys::ExecutorEnd_hook;
@@ -65,27 +63,16 @@ pub fn install_statistics() {
     }
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn silenced_run(
-    query: *mut pg_sys::QueryDesc,
-    direction: pg_sys::ScanDirection::Type,
-    count: u64,
-    execute_once: bool,
-) {
-    // SAFETY: PostgreSQL calls the hook with a started query; the previous hook takes
-    // the same arguments.
+/// Around ExecutorRun: a silenced statement runs silenced.
+unsafe fn silenced_run(query: *mut pg_sys::QueryDesc, run: &mut dyn FnMut()) {
+    // SAFETY: PostgreSQL calls the hook with a started query.
     unsafe {
         let _silence = is_silenced(query).then(|| {
             let silence = Silence::begin(query);
             stop_counting_relations(query);
             silence
         });
-        match PREVIOUS_EXECUTOR_RUN {
-            Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
-                previous(query, direction, count, execute_once)
-            }),
-            None => pg_sys::standard_ExecutorRun(query, direction, count, execute_once),
-        }
+        run()
     }
 }
 

@@ -47,7 +47,7 @@ pub fn insert(records: &[Record]) -> u64 {
     // with nothing between; the payload outlives XLogInsert, which copies it.
     unsafe {
         pg_sys::XLogBeginInsert();
-        pg_sys::XLogRegisterData(payload.as_ptr() as *mut c_char, payload.len() as i32);
+        crate::extension::versions::register_wal_data(payload.as_bytes());
         pg_sys::XLogInsert(RESOURCE_MANAGER_ID, kind)
     }
 }

@@ -105,7 +105,7 @@ pub unsafe fn split(
             b.hasDistinctOn = false;
             b.limitOffset = std::ptr::null_mut();
             b.limitCount = std::ptr::null_mut();
-            b.limitOption = pg_sys::LimitOption::LIMIT_OPTION_DEFAULT;
+            b.limitOption = pg_sys::LimitOption::LIMIT_OPTION_COUNT;
             let mut outside = Outside {
                 set,
                 absent: keys
@@ -184,6 +184,7 @@ pub unsafe fn split(
             std::ptr::null_mut(),
             subquery(union, "grouping_sets").cast(),
         );
+        crate::extension::versions::clear_permissions(query);
         let mut reference = PgBox::<pg_sys::RangeTblRef>::alloc_node(NodeTag::T_RangeTblRef);
         reference.rtindex = 1;
         q.jointree = pg_sys::makeFromExpr(
@@ -334,8 +335,6 @@ unsafe extern "C-unwind" fn outside_mutator(
             )
             .cast();
         }
-        let mutator: unsafe extern "C-unwind" fn() -> *mut pg_sys::Node =
-            std::mem::transmute(outside_mutator as unsafe extern "C-unwind" fn(_, _) -> _);
-        pg_sys::expression_tree_mutator(node, Some(mutator), context)
+        crate::extension::versions::mutate_children(node, outside_mutator, context)
     }
 }

@@ -124,23 +124,20 @@ unsafe fn join_referenced(
         rte.rellockmode = pg_sys::AccessShareLock as i32;
         rte.inh = true;
         let name = pg_sys::get_rel_name(referenced);
-        let opened = pg_sys::relation_open(referenced, pg_sys::NoLock as i32);
-        let descriptor = (*opened).rd_att;
         let mut names = std::ptr::null_mut();
-        for i in 0..(*descriptor).natts {
-            let attribute = (*descriptor).attrs.as_ptr().add(i as usize);
-            let column = if (*attribute).attisdropped {
-                pg_sys::pstrdup(c"".as_ptr())
-            } else {
-                pg_sys::pstrdup((*attribute).attname.data.as_ptr())
-            };
+        let opened = pg_sys::relation_open(referenced, pg_sys::NoLock as i32);
+        let columns = (*(*opened).rd_rel).relnatts;
+        pg_sys::relation_close(opened, pg_sys::NoLock as i32);
+        for attribute in 1..=columns {
+            let column = pg_sys::get_attname(referenced, attribute, false);
             names = pg_sys::lappend(names, pg_sys::makeString(column).cast());
         }
-        pg_sys::relation_close(opened, pg_sys::NoLock as i32);
         rte.alias = std::ptr::null_mut();
         rte.eref = pg_sys::makeAlias(name, names);
         rte.inFromCl = true;
-        (*query).rtable = pg_sys::lappend((*query).rtable, rte.into_pg().cast());
+        let rte = rte.into_pg();
+        (*query).rtable = pg_sys::lappend((*query).rtable, rte.cast());
+        crate::extension::versions::add_unchecked_permission(query, rte);
         let joined = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).len() as i32;
         let (mut fk_type, mut fk_typmod, mut fk_collation) =
             (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);

@@ -668,6 +668,7 @@ pub unsafe fn bound(
         bounded_rows.querySource = pg_sys::QuerySource::QSRC_ORIGINAL;
         bounded_rows.canSetTag = true;
         bounded_rows.rtable = q.rtable;
+        crate::extension::versions::move_permissions(query, &mut *bounded_rows);
         bounded_rows.jointree = q.jointree;
         bounded_rows.cteList = q.cteList;
         bounded_rows.hasRecursive = q.hasRecursive;
@@ -738,11 +739,10 @@ unsafe extern "C-unwind" fn remap_mutator(
             return node;
         }
         let remap = &mut *(context as *mut Remap);
-        let mutator: unsafe extern "C-unwind" fn() -> *mut pg_sys::Node =
-            std::mem::transmute(remap_mutator as unsafe extern "C-unwind" fn(_, _) -> _);
         if is_a(node, NodeTag::T_Query) {
             remap.depth += 1;
-            let query = pg_sys::query_tree_mutator(node.cast(), Some(mutator), context, 0);
+            let query =
+                crate::extension::versions::mutate_query(node.cast(), remap_mutator, context);
             remap.depth -= 1;
             return query.cast();
         }
@@ -774,7 +774,7 @@ unsafe extern "C-unwind" fn remap_mutator(
                 return bounded_call(node.cast(), &plan, context);
             }
         }
-        pg_sys::expression_tree_mutator(node, Some(mutator), context)
+        crate::extension::versions::mutate_children(node, remap_mutator, context)
     }
 }
 
