@@ -157,16 +157,14 @@ unsafe extern "C-unwind" fn executor_run(
 /// # Safety
 /// Both must be valid Queries; `to.rtable` must be `from`'s former range table.
 pub unsafe fn move_permissions(from: *mut pg_sys::Query, to: *mut pg_sys::Query) {
+    #[cfg(not(feature = "pg15"))]
     // SAFETY: as the caller guarantees.
     unsafe {
-        #[cfg(not(feature = "pg15"))]
-        {
-            (*to).rteperminfos = (*from).rteperminfos;
-            (*from).rteperminfos = std::ptr::null_mut();
-        }
-        #[cfg(feature = "pg15")]
-        let _ = (from, to);
+        (*to).rteperminfos = (*from).rteperminfos;
+        (*from).rteperminfos = std::ptr::null_mut();
     }
+    #[cfg(feature = "pg15")]
+    let _ = (from, to);
 }
 
 /// Forgets `query`'s permission checks (its range table was replaced by subqueries that
@@ -175,33 +173,103 @@ pub unsafe fn move_permissions(from: *mut pg_sys::Query, to: *mut pg_sys::Query)
 /// # Safety
 /// `query` must be a valid Query whose range table has no relation left.
 pub unsafe fn clear_permissions(query: *mut pg_sys::Query) {
+    #[cfg(not(feature = "pg15"))]
     // SAFETY: as the caller guarantees.
     unsafe {
+        (*query).rteperminfos = std::ptr::null_mut();
+    }
+    #[cfg(feature = "pg15")]
+    let _ = query;
+}
+
+/// Entry `rti`'s permission check: (required permissions, the role it is checked as,
+/// InvalidOid for the current user). PostgreSQL 16 moved it from the entry to
+/// `Query.rteperminfos`.
+///
+/// # Safety
+/// `rti` must be an entry of `query`'s range table.
+pub unsafe fn permission_of(query: *mut pg_sys::Query, rti: i32) -> (u64, Oid) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let rte = pg_sys::rt_fetch(rti as u32, (*query).rtable);
+        #[cfg(feature = "pg15")]
+        return ((*rte).requiredPerms as u64, (*rte).checkAsUser);
         #[cfg(not(feature = "pg15"))]
         {
-            (*query).rteperminfos = std::ptr::null_mut();
+            if (*rte).perminfoindex == 0 {
+                return (0, pg_sys::InvalidOid);
+            }
+            let info = pg_sys::getRTEPermissionInfo((*query).rteperminfos, rte);
+            ((*info).requiredPerms as u64, (*info).checkAsUser)
         }
-        #[cfg(feature = "pg15")]
-        let _ = query;
     }
 }
 
-/// Gives a relation entry that the planner hook added a permission record that checks
-/// nothing (the table is read for the privacy unit only): before 16 the entry's own
-/// `requiredPerms` of 0 says so; from 16 the entry must index a record.
+/// Requires SELECT on `columns` of relation entry `rte`, the last of `query`'s range
+/// table, checked as `checker` (InvalidOid: the current user).
 ///
 /// # Safety
-/// `rte` must be the last entry of `query`'s range table, a relation.
-pub unsafe fn add_unchecked_permission(query: *mut pg_sys::Query, rte: *mut pg_sys::RangeTblEntry) {
-    // SAFETY: as the caller guarantees; addRTEPermissionInfo appends a record with no
-    // required permission and sets the entry's index.
+/// `rte` must be the last entry of `query`'s range table, a relation; `columns` its
+/// column numbers (0 is skipped).
+pub unsafe fn add_select_permission(
+    query: *mut pg_sys::Query,
+    rte: *mut pg_sys::RangeTblEntry,
+    checker: Oid,
+    columns: &[i16],
+) {
+    // SAFETY: as the caller guarantees; bitmapsets made in the planner's memory.
     unsafe {
+        let mut selected = std::ptr::null_mut();
+        for &column in columns.iter().filter(|&&c| c > 0) {
+            selected = pg_sys::bms_add_member(
+                selected,
+                column as i32 - pg_sys::FirstLowInvalidHeapAttributeNumber,
+            );
+        }
+        #[cfg(feature = "pg15")]
+        {
+            let _ = query;
+            (*rte).requiredPerms = pg_sys::ACL_SELECT;
+            (*rte).checkAsUser = checker;
+            (*rte).selectedCols = selected;
+        }
         #[cfg(not(feature = "pg15"))]
         {
             let info = pg_sys::addRTEPermissionInfo(&mut (*query).rteperminfos, rte);
-            (*info).requiredPerms = 0;
+            (*info).requiredPerms = pg_sys::ACL_SELECT.into();
+            (*info).checkAsUser = checker;
+            (*info).selectedCols = selected;
         }
-        #[cfg(feature = "pg15")]
-        let _ = (query, rte);
     }
+}
+
+/// Puts the grouped expressions back where the select list and HAVING name them, and
+/// drops the grouping step's range-table entry: PostgreSQL 18 made grouped expressions
+/// Vars of an RTE_GROUP entry, which the planner would look for at the level the planner
+/// hook moves the range table away from. As PostgreSQL itself does when it drops a GROUP
+/// BY (subselect.c, simplify_EXISTS_query): the entry becomes an RTE_RESULT in place.
+///
+/// # Safety
+/// `query` must be a valid Query being planned.
+pub unsafe fn flatten_grouping(query: *mut pg_sys::Query) {
+    #[cfg(not(feature = "pg15"))]
+    // SAFETY: as the caller guarantees; flatten_group_exprs with no planner root.
+    unsafe {
+        let q = &mut *query;
+        if !q.hasGroupRTE {
+            return;
+        }
+        q.targetList =
+            pg_sys::flatten_group_exprs(std::ptr::null_mut(), query, q.targetList.cast()).cast();
+        q.havingQual = pg_sys::flatten_group_exprs(std::ptr::null_mut(), query, q.havingQual);
+        for rte in pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg(q.rtable).iter_ptr() {
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_GROUP {
+                (*rte).rtekind = pg_sys::RTEKind::RTE_RESULT;
+                (*rte).groupexprs = std::ptr::null_mut();
+            }
+        }
+        q.hasGroupRTE = false;
+    }
+    #[cfg(feature = "pg15")]
+    let _ = query;
 }

@@ -32,7 +32,7 @@ pub fn register() {
     };
     // SAFETY: called while shared_preload_libraries load; PostgreSQL copies the struct,
     // whose name is a static C string and whose functions live as long as the library.
-    unsafe { pg_sys::RegisterCustomRmgr(RESOURCE_MANAGER_ID, &mut manager) };
+    unsafe { pg_sys::RegisterCustomRmgr(RESOURCE_MANAGER_ID, &raw mut manager) };
 }
 
 /// Inserts one record holding `records` (a statement's charges, or one limit) and

@@ -24,8 +24,12 @@ pub struct Source {
     /// Foreign key columns the unit was followed along, (entry, column, referenced
     /// table, its key column): an equality of one with that key joins on the unit.
     pub keys: Vec<(i32, i16, pg_sys::Oid, i16)>,
-    /// The entry and table, when the rows are a labelled table's own.
+    /// The entry and table, when the rows are a labelled table's own (one row per value
+    /// of a unique key).
     pub relation: Option<(i32, pg_sys::Oid)>,
+    /// Who a row whose unit is NULL belongs to, as a bigint: the referenced row's key
+    /// (all rows that reach it are its unit). None: each such row is a unit of its own.
+    pub null_identity: Option<*mut pg_sys::Expr>,
 }
 
 /// The refusal of rows of `unit`'s table that reach `aggregate` as `reason` says.
@@ -77,11 +81,19 @@ pub unsafe fn unit_of_query(
                             sources.push(source);
                         } else {
                             let expression = column_var((*rte).relid, rti, unit.attribute);
+                            // A join along a key to this table joins one row only if the
+                            // key's unique index covers every row it reads: not with
+                            // inheritance children, whose rows the index does not see.
+                            let one_row_per_key = !(*rte).inh
+                                || pg_sys::get_rel_relkind((*rte).relid)
+                                    == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+                                || !super::labels::has_children((*rte).relid);
                             sources.push(Source {
                                 unit,
                                 expression,
                                 keys: Vec::new(),
-                                relation: Some((rti, (*rte).relid)),
+                                relation: one_row_per_key.then_some((rti, (*rte).relid)),
+                                null_identity: None,
                             });
                         }
                     }
@@ -114,6 +126,18 @@ pub unsafe fn unit_of_query(
                         expression: expression.cast(),
                         keys: Vec::new(),
                         relation: None,
+                        null_identity: inner.null_identity.map(|identity| {
+                            let attribute = add_column(subquery, rte, identity);
+                            pg_sys::makeVar(
+                                rti,
+                                attribute,
+                                pg_sys::INT8OID,
+                                -1,
+                                pg_sys::InvalidOid,
+                                0,
+                            )
+                            .cast()
+                        }),
                     });
                 }
                 pg_sys::RTEKind::RTE_CTE => {
@@ -192,12 +216,23 @@ unsafe fn joined_on_the_unit(
         let type_ = pg_sys::exprType(sources[0].expression.cast());
         for (i, source) in sources.iter().enumerate().skip(1) {
             if find(&mut root, i) != first {
+                let how = if source.unit.by_reference || sources[0].unit.by_reference {
+                    "join them along the foreign key that leads to the unit (referenced.key = referencing.column)".to_string()
+                } else {
+                    format!(
+                        "join them on {}.{} = {}.{}",
+                        source.unit.table,
+                        source.unit.column,
+                        sources[0].unit.table,
+                        sources[0].unit.column
+                    )
+                };
                 return Err(refusal(
                     &source.unit,
                     aggregate,
                     &format!(
-                        "joined to \"{}\", another table with a privacy unit, other than on the unit: rows of different units would meet; join them on {}.{} = {}.{} (or join one of them to public tables only)",
-                        sources[0].unit.table, source.unit.table, source.unit.column, sources[0].unit.table, sources[0].unit.column
+                        "joined to \"{}\", another table with a privacy unit, other than on the unit: rows of different units would meet; {how} (or join one of them to public tables only)",
+                        sources[0].unit.table
                     ),
                 ));
             }
@@ -219,11 +254,27 @@ unsafe fn joined_on_the_unit(
         for source in &sources {
             coalesce.args = pg_sys::lappend(coalesce.args, source.expression.cast());
         }
+        // A joined row whose unit is NULL belongs to the referenced row any side names.
+        let identities: Vec<*mut pg_sys::Expr> = sources
+            .iter()
+            .filter_map(|source| source.null_identity)
+            .collect();
+        let null_identity = (!identities.is_empty()).then(|| {
+            let mut coalesce =
+                pgrx::PgBox::<pg_sys::CoalesceExpr>::alloc_node(NodeTag::T_CoalesceExpr);
+            coalesce.coalescetype = pg_sys::INT8OID;
+            coalesce.location = -1;
+            for identity in identities {
+                coalesce.args = pg_sys::lappend(coalesce.args, identity.cast());
+            }
+            coalesce.into_pg().cast()
+        });
         Ok(Source {
             unit: sources[0].unit.clone(),
             expression: coalesce.into_pg().cast(),
             keys: Vec::new(),
             relation: None,
+            null_identity,
         })
     }
 }
@@ -351,12 +402,41 @@ unsafe fn conjuncts(
                     && is_a(right, NodeTag::T_Var)
                     && (*(left as *mut pg_sys::Var)).varlevelsup == 0
                     && (*(right as *mut pg_sys::Var)).varlevelsup == 0
-                    && pg_sys::op_mergejoinable((*operation).opno, pg_sys::exprType(left))
+                    && is_identity((*operation).opno, (*operation).inputcollid, left, right)
                 {
                     found.push((left.cast(), right.cast()));
                 }
             }
         }
+    }
+}
+
+/// Whether `operator` compares two values as the same value: the equality of a built-in
+/// btree operator family of one side's type (never an operator an analyst can make,
+/// such as one created with MERGES over `>=`), under a deterministic collation.
+///
+/// # Safety
+/// `left` and `right` must be the operator's valid arguments.
+unsafe fn is_identity(
+    operator: pg_sys::Oid,
+    collation: pg_sys::Oid,
+    left: *mut pg_sys::Node,
+    right: *mut pg_sys::Node,
+) -> bool {
+    // SAFETY: catalog lookups of existing types, operators and collations.
+    unsafe {
+        let equality_of = |type_: pg_sys::Oid| {
+            let class = pg_sys::GetDefaultOpClass(type_, pg_sys::BTREE_AM_OID);
+            if class == pg_sys::InvalidOid {
+                return false;
+            }
+            let family = pg_sys::get_opclass_family(class);
+            family.to_u32() < pg_sys::FirstNormalObjectId
+                && pg_sys::get_op_opfamily_strategy(operator, family)
+                    == pg_sys::BTEqualStrategyNumber as i32
+        };
+        (equality_of(pg_sys::exprType(left)) || equality_of(pg_sys::exprType(right)))
+            && (collation == pg_sys::InvalidOid || pg_sys::get_collation_isdeterministic(collation))
     }
 }
 

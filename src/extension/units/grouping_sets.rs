@@ -19,6 +19,8 @@
 //! A key outside a set reads NULL (outside aggregates, as PostgreSQL's grouping sets
 //! give it) and GROUPING() its constant. The plan has one aggregation per set, as before,
 //! and the metering hook charges each; each branch is then bounded as a plain GROUP BY.
+//! Each branch reads the input again: volatile input (TABLESAMPLE, random() in WHERE)
+//! differs from set to set, where PostgreSQL reads it once.
 
 use super::follow::{refusal, Source};
 use crate::error::Error;
@@ -106,13 +108,14 @@ pub unsafe fn split(
             b.limitOffset = std::ptr::null_mut();
             b.limitCount = std::ptr::null_mut();
             b.limitOption = pg_sys::LimitOption::LIMIT_OPTION_COUNT;
+            let (present, absent): (Vec<_>, Vec<_>) = keys
+                .iter()
+                .partition(|(reference, _)| set.contains(reference));
             let mut outside = Outside {
                 set,
-                absent: keys
-                    .iter()
-                    .filter(|(reference, _)| !set.contains(reference))
-                    .map(|&(_, expression)| expression)
-                    .collect(),
+                keys: keys.iter().map(|&(reference, _)| reference).collect(),
+                present: present.iter().map(|&&(_, expression)| expression).collect(),
+                absent: absent.iter().map(|&&(_, expression)| expression).collect(),
             };
             let context = (&mut outside as *mut Outside).cast();
             b.targetList = outside_mutator(b.targetList.cast(), context).cast();
@@ -274,9 +277,14 @@ unsafe fn subquery(query: *mut pg_sys::Query, name: &str) -> *mut pg_sys::RangeT
     }
 }
 
-/// One grouping set's view of the level's expressions.
+/// One grouping set's view of the level's expressions, as PostgreSQL's planner matches
+/// them (setrefs.c): top down, an expression equal to a key is that key, whole.
 struct Outside<'a> {
     set: &'a [u32],
+    /// The sort-group references of every key.
+    keys: Vec<u32>,
+    /// The keys in the set, kept whole (never looked into).
+    present: Vec<*mut pg_sys::Expr>,
     /// The keys not in the set, read as NULL outside aggregates.
     absent: Vec<*mut pg_sys::Expr>,
 }
@@ -292,11 +300,33 @@ unsafe extern "C-unwind" fn outside_mutator(
             return node;
         }
         let outside = &*(context as *mut Outside);
-        if outside
-            .absent
-            .iter()
-            .any(|&key| pg_sys::equal(key.cast(), node.cast()))
-        {
+        let equals = |keys: &[*mut pg_sys::Expr]| {
+            keys.iter()
+                .any(|&key| pg_sys::equal(key.cast(), node.cast()))
+        };
+        // A key's own select-list entry is the key, whatever its expression.
+        if is_a(node, NodeTag::T_TargetEntry) {
+            let reference = (*(node as *mut pg_sys::TargetEntry)).ressortgroupref;
+            if outside.keys.contains(&reference) {
+                let entry = pg_sys::copyObjectImpl(node.cast()) as *mut pg_sys::TargetEntry;
+                if !outside.set.contains(&reference) {
+                    let expression = (*entry).expr.cast();
+                    (*entry).expr = pg_sys::makeNullConst(
+                        pg_sys::exprType(expression),
+                        pg_sys::exprTypmod(expression),
+                        pg_sys::exprCollation(expression),
+                    )
+                    .cast();
+                }
+                return entry.cast();
+            }
+        }
+        // Elsewhere a constant is itself in every set (PostgreSQL never reads it from the
+        // group).
+        if is_a(node, NodeTag::T_Const) || equals(&outside.present) {
+            return pg_sys::copyObjectImpl(node.cast()).cast();
+        }
+        if equals(&outside.absent) {
             let expression = node.cast();
             return pg_sys::makeNullConst(
                 pg_sys::exprType(expression),
@@ -306,8 +336,12 @@ unsafe extern "C-unwind" fn outside_mutator(
             .cast();
         }
         if is_a(node, NodeTag::T_Aggref) {
-            // An aggregate reads the rows' own values.
-            return pg_sys::copyObjectImpl(node.cast()).cast();
+            // An aggregate reads the rows' own values; an ordered-set aggregate's direct
+            // arguments are evaluated once per group, outside it.
+            let aggref = pg_sys::copyObjectImpl(node.cast()) as *mut pg_sys::Aggref;
+            (*aggref).aggdirectargs =
+                outside_mutator((*aggref).aggdirectargs.cast(), context).cast();
+            return aggref.cast();
         }
         if is_a(node, NodeTag::T_GroupingFunc) {
             // GROUPING(k1, ..., kn): bit n−i set when k_i is not in the set.

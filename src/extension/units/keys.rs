@@ -35,6 +35,7 @@ pub unsafe fn followed_unit(
     aggregate: &str,
 ) -> Result<Source, Error> {
     let mut keys = Vec::new();
+    let mut null_identity = None;
     let (mut rti, mut relation, mut current) = (rti, relation, unit.clone());
     for _ in 0..MAX_DEPTH {
         if !current.by_reference {
@@ -45,6 +46,7 @@ pub unsafe fn followed_unit(
                 expression,
                 keys,
                 relation: None,
+                null_identity,
             });
         }
         // SAFETY: the relation is locked by the query that reads it.
@@ -66,6 +68,15 @@ pub unsafe fn followed_unit(
         // SAFETY: as the caller guarantees; the new entry is locked before it is read.
         let joined = unsafe { join_referenced(query, rti, &key) };
         keys.push((rti, current.attribute, key.confrelid, key.confkey[0]));
+        // A referenced row whose unit is NULL is a unit of its own, with every row that
+        // reaches it: named by its key's hash (a collision merges two such units into one,
+        // which only bounds them together).
+        // SAFETY: a column of the new entry.
+        null_identity = unsafe {
+            let key_column = super::follow::column_var(key.confrelid, joined, key.confkey[0]);
+            let hash = super::rewrite::hashed(key_column);
+            (!hash.is_null()).then_some(hash)
+        };
         (rti, relation, current) = (joined, key.confrelid, next);
     }
     Err(refusal(
@@ -87,10 +98,16 @@ unsafe fn foreign_key(
     // is closed.
     unsafe {
         let opened = pg_sys::relation_open(relation, pg_sys::NoLock as i32);
+        // A key to a partitioned table comes with one per partition (conparentid set),
+        // which reference partitions: the parent's alone counts.
         let keys: Vec<pg_sys::ForeignKeyCacheInfo> =
             PgList::<pg_sys::ForeignKeyCacheInfo>::from_pg(pg_sys::RelationGetFKeyList(opened))
                 .iter_ptr()
-                .filter(|&key| (*key).nkeys == 1 && (*key).conkey[0] == attribute)
+                .filter(|&key| {
+                    (*key).nkeys == 1
+                        && (*key).conkey[0] == attribute
+                        && !pg_sys::get_rel_relispartition((*key).confrelid)
+                })
                 .map(|key| *key)
                 .collect();
         pg_sys::relation_close(opened, pg_sys::NoLock as i32);
@@ -122,7 +139,9 @@ unsafe fn join_referenced(
         rte.relid = referenced;
         rte.relkind = pg_sys::get_rel_relkind(referenced);
         rte.rellockmode = pg_sys::AccessShareLock as i32;
-        rte.inh = true;
+        // The key's unique index covers a partitioned table's partitions, never an
+        // inheritance parent's children: their rows would multiply a referencing row.
+        rte.inh = rte.relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char;
         let name = pg_sys::get_rel_name(referenced);
         let mut names = std::ptr::null_mut();
         let opened = pg_sys::relation_open(referenced, pg_sys::NoLock as i32);
@@ -137,7 +156,17 @@ unsafe fn join_referenced(
         rte.inFromCl = true;
         let rte = rte.into_pg();
         (*query).rtable = pg_sys::lappend((*query).rtable, rte.cast());
-        crate::extension::versions::add_unchecked_permission(query, rte);
+        // Read as the referencing entry is read (a view's owner inside a view), with
+        // SELECT on the key and the unit: what the lookup reveals, through DP answers,
+        // is the referenced table's.
+        let (_, checker) = crate::extension::versions::permission_of(query, rti);
+        let unit = super::labels::unit_of(referenced).map_or(0, |unit| unit.attribute);
+        crate::extension::versions::add_select_permission(
+            query,
+            rte,
+            checker,
+            &[key.confkey[0], unit],
+        );
         let joined = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).len() as i32;
         let (mut fk_type, mut fk_typmod, mut fk_collation) =
             (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
@@ -164,7 +193,7 @@ unsafe fn join_referenced(
             pg_sys::makeVar(joined, key.confkey[0], pk_type, pk_typmod, pk_collation, 0).cast(),
             pg_sys::makeVar(rti, key.conkey[0], fk_type, fk_typmod, fk_collation, 0).cast(),
             pg_sys::InvalidOid,
-            pg_sys::get_typcollation(pk_type),
+            pk_collation,
         );
         pg_sys::set_opfuncid(equal.cast());
         let pair = pg_sys::makeFromExpr(

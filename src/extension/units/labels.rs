@@ -289,6 +289,12 @@ unsafe fn inheritance(relation: Oid, direction: Direction) -> Vec<Oid> {
     found
 }
 
+/// Whether `relation` has inheritance children or partitions.
+pub fn has_children(relation: Oid) -> bool {
+    // SAFETY: a catalog scan; called while a query is planned.
+    !unsafe { inheritance(relation, Direction::Children) }.is_empty()
+}
+
 /// pg_exp_mech's labels of `relation`'s columns: (column number, label).
 ///
 /// # Safety

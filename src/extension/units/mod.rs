@@ -140,13 +140,15 @@ unsafe fn bound_level(query: *mut pg_sys::Query, enclosing: &mut Vec<*mut pg_sys
         }
         let source = follow::unit_of_query(query, enclosing, calls.name()).or_raise();
         if let Some(source) = source {
+            // The calls are found again after flattening, which copies them.
+            crate::extension::versions::flatten_grouping(query);
             match grouping_sets::split(query, &source, calls.name()).or_raise() {
                 Some(branches) => {
                     for branch in branches {
                         rewrite::bound(branch, &source, &dp_calls(branch)).or_raise();
                     }
                 }
-                None => rewrite::bound(query, &source, &calls).or_raise(),
+                None => rewrite::bound(query, &source, &dp_calls(query)).or_raise(),
             }
         }
     }

@@ -354,8 +354,12 @@ pub unsafe fn bound(
         };
         let unit_expression = source.expression;
         let unit = inner.key(copy(unit_expression), "unit");
-        // A number of its own for a row whose unit is NULL (CASE: no call for the others).
-        let of_null = inner.key(when_null(unit_expression, f.of_null), "null_unit");
+        // A number of its own for a row whose unit is NULL (CASE: no call for the others),
+        // or the referenced row's, which all rows that reach it share.
+        let of_null = inner.key(
+            when_null(unit_expression, f.of_null, source.null_identity),
+            "null_unit",
+        );
         let group_keys: Vec<*mut pg_sys::Expr> =
             PgList::<pg_sys::SortGroupClause>::from_pg(q.groupClause)
                 .iter_ptr()
@@ -773,6 +777,15 @@ unsafe extern "C-unwind" fn remap_mutator(
             if let Some(&plan) = remap.bounded.get(&(node as usize)) {
                 return bounded_call(node.cast(), &plan, context);
             }
+            // Never a DP call of this level left reading rows unbounded.
+            let aggref = node as *mut pg_sys::Aggref;
+            if (*aggref).agglevelsup == 0 {
+                if let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) {
+                    crate::extension::raise(Error::UnitsUnavailable {
+                        reason: format!("{} was not bounded by privacy unit (an internal error): the statement is refused", aggregate.name),
+                    });
+                }
+            }
         }
         crate::extension::versions::mutate_children(node, remap_mutator, context)
     }
@@ -924,8 +937,12 @@ unsafe fn arithmetic(
     unsafe { operation(operator, left, right, pg_sys::INT8OID) }
 }
 
-/// `CASE WHEN unit IS NULL THEN of_null(unit) END`.
-unsafe fn when_null(unit: *mut pg_sys::Expr, of_null: Oid) -> *mut pg_sys::Expr {
+/// `CASE WHEN unit IS NULL THEN COALESCE(identity, of_null(unit)) END`.
+unsafe fn when_null(
+    unit: *mut pg_sys::Expr,
+    of_null: Oid,
+    identity: Option<*mut pg_sys::Expr>,
+) -> *mut pg_sys::Expr {
     // SAFETY: nodes made with PostgreSQL's constructors over a valid expression.
     unsafe {
         let mut missing = PgBox::<pg_sys::NullTest>::alloc_node(NodeTag::T_NullTest);
@@ -934,7 +951,18 @@ unsafe fn when_null(unit: *mut pg_sys::Expr, of_null: Oid) -> *mut pg_sys::Expr 
         missing.location = -1;
         let mut when = PgBox::<pg_sys::CaseWhen>::alloc_node(NodeTag::T_CaseWhen);
         when.expr = missing.into_pg().cast();
-        when.result = call(of_null, pg_sys::INT8OID, &[copy(unit)]);
+        let own = call(of_null, pg_sys::INT8OID, &[copy(unit)]);
+        when.result = match identity {
+            None => own,
+            Some(identity) => {
+                let mut coalesce =
+                    PgBox::<pg_sys::CoalesceExpr>::alloc_node(NodeTag::T_CoalesceExpr);
+                coalesce.coalescetype = pg_sys::INT8OID;
+                coalesce.args = list(&[copy(identity), own]);
+                coalesce.location = -1;
+                coalesce.into_pg().cast()
+            }
+        };
         when.location = -1;
         let mut case = PgBox::<pg_sys::CaseExpr>::alloc_node(NodeTag::T_CaseExpr);
         case.casetype = pg_sys::INT8OID;
@@ -947,7 +975,7 @@ unsafe fn when_null(unit: *mut pg_sys::Expr, of_null: Oid) -> *mut pg_sys::Expr 
 
 /// `expression`'s extended hash (seed 0) by its type's own function; NULL when the type
 /// has none.
-unsafe fn hashed(expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+pub(super) unsafe fn hashed(expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
     // SAFETY: the type cache of a valid expression's type; a FuncExpr over a copy of it.
     unsafe {
         let cache = pg_sys::lookup_type_cache(
