@@ -4,6 +4,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_CONFIG="${PG_CONFIG:-/usr/bin/pg_config}"
+# pgrx's feature for that PostgreSQL (pg15, pg18).
+PG_FEATURE="pg$("$PG_CONFIG" --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')"
 PGRX_VERSION="0.18.1"
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 clang libclang-dev pkg-config libssl-dev sudo python3 python3-venv)
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -63,7 +65,9 @@ ensure_pg18() {
     local pg_config="$PG18_PREFIX/bin/pg_config"
     # As Debian builds its own (ICU collations, which tests use), without the extras.
     local configure=(--prefix="$PG18_PREFIX" --with-icu)
-    if [ "$(cat "$PG18_PREFIX/.configured" 2>/dev/null)" != "${configure[*]}" ] \
+    local contrib=(auto_explain pg_stat_statements)   # what tests/ loads
+    local built="${configure[*]} contrib: ${contrib[*]}"
+    if [ "$(cat "$PG18_PREFIX/.configured" 2>/dev/null)" != "$built" ] \
         || ! "$pg_config" --version 2>/dev/null | grep -qx "PostgreSQL $PG18_VERSION"; then
         local packages=(bison flex zlib1g-dev libreadline-dev libicu-dev) missing=() package
         for package in "${packages[@]}"; do
@@ -85,9 +89,12 @@ ensure_pg18() {
         (cd "$build/postgresql-$PG18_VERSION" \
             && ./configure "${configure[@]}" >"$build/configure.log" 2>&1 \
             && make -j"$(nproc)" >"$build/make.log" 2>&1 \
-            && make install DESTDIR="$build/stage" >"$build/install.log" 2>&1) \
+            && make install DESTDIR="$build/stage" >"$build/install.log" 2>&1 \
+            && for module in "${contrib[@]}"; do
+                make -C "contrib/$module" install DESTDIR="$build/stage" >>"$build/install.log" 2>&1 || exit 1
+            done) \
             || { tail -n 30 "$build"/*.log >&2; exit 1; }
-        echo "${configure[*]}" > "$build/stage$PG18_PREFIX/.configured"
+        echo "$built" > "$build/stage$PG18_PREFIX/.configured"
         rm -rf "$PG18_PREFIX"
         mv "$build/stage$PG18_PREFIX" "$PG18_PREFIX"
         rm -rf "$build"

@@ -55,6 +55,6 @@ survives() {
 
 # pgrx-tests installs with `$CARGO_PGRX pgrx install --test ... --sudo` (scripts/test.sh).
 survives "cargo pgrx test's install" "$REPO/scripts/cargo-pgrx-by-rename.sh" \
-    pgrx install --test --pg-config "$PG_CONFIG" --sudo --features "pg15 pg_test"
+    pgrx install --test --pg-config "$PG_CONFIG" --sudo --no-default-features --features "$PG_FEATURE pg_test"
 # make test's own install (make demo's is the same in release).
 survives "install_extension" install_extension debug

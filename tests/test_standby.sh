@@ -65,7 +65,9 @@ sleep 0.5
 assert_eq "$(spent "$STANDBY" "$STANDBY_PORT" analyst)" "1" "nothing charged by the refusals"
 assert_eq "$(spent "$PRIMARY" "$PRIMARY_PORT" analyst)" "1" "nor on the primary"
 # dp_budget and dp_ledger read on a standby and from a parallel worker.
+# (PostgreSQL 16 renamed force_parallel_mode to debug_parallel_query.)
 parallel="SET force_parallel_mode = on"
+[ "${PG_FEATURE#pg}" -ge 16 ] && parallel="SET debug_parallel_query = on"
 for server in "$PRIMARY $PRIMARY_PORT" "$STANDBY $STANDBY_PORT"; do
     read -r dir port <<<"$server"
     assert_eq "$(on "$dir" "$port" -c "$parallel" -c "SELECT count(*) FROM dp_ledger WHERE kind = 'charge' AND role = 'analyst'::regrole")" 4 "dp_ledger in a parallel worker on $dir"
@@ -128,7 +130,8 @@ as analyst "$PRIMARY" "$PRIMARY_PORT" -c 'SELECT * FROM top_status' >/dev/null
 start "$COPY" 2>/dev/null || true
 for _ in $(seq 50); do grep -q "not registered" "$COPY/server.log" && break; sleep 0.2; done
 assert_contains "$(cat "$COPY/server.log")" "resource manager with ID 171 not registered" "the error"
-assert_contains "$(cat "$COPY/server.log")" "Include the extension module that implements this resource manager in shared_preload_libraries." "the hint"
+# (PostgreSQL 18 quotes the setting's name.)
+assert_contains "$(tr -d '"' < "$COPY/server.log")" "Include the extension module that implements this resource manager in shared_preload_libraries." "the hint"
 stop_cluster "$COPY"
 as_owner sed -i "s/^shared_preload_libraries = ''/shared_preload_libraries = 'pg_exp_mech'/" "$COPY/data/postgresql.conf"
 start "$COPY"

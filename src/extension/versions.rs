@@ -273,3 +273,88 @@ pub unsafe fn flatten_grouping(query: *mut pg_sys::Query) {
     #[cfg(feature = "pg15")]
     let _ = query;
 }
+
+/// Marks the Vars of `expression`, an expression that `query`'s planner hook adds above
+/// the level's joins (the unit and what names it), with the outer joins that can null
+/// them: PostgreSQL 16 records that in `Var.varnullingrels` and checks it.
+///
+/// # Safety
+/// `expression` must be an expression over `query`'s range table, owned by the caller.
+pub unsafe fn mark_nullable(query: *mut pg_sys::Query, expression: *mut pg_sys::Node) {
+    #[cfg(not(feature = "pg15"))]
+    // SAFETY: as the caller guarantees; the walker's context is the query.
+    unsafe {
+        mark_var(expression, query.cast());
+    }
+    #[cfg(feature = "pg15")]
+    let _ = (query, expression);
+}
+
+#[cfg(not(feature = "pg15"))]
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn mark_var(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: the context is the Query; nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if pgrx::is_a(node, pg_sys::NodeTag::T_Var) {
+            let var = node as *mut pg_sys::Var;
+            if (*var).varlevelsup == 0 {
+                let query = context as *mut pg_sys::Query;
+                (*var).varnullingrels =
+                    nulling_joins((*query).jointree.cast(), (*var).varno, std::ptr::null_mut())
+                        .unwrap_or(std::ptr::null_mut());
+            }
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(mark_var), context)
+    }
+}
+
+/// The outer joins of the join tree `node` whose nullable side holds entry `rti`, added
+/// to `above`; None when `node` does not hold it.
+#[cfg(not(feature = "pg15"))]
+unsafe fn nulling_joins(
+    node: *mut pg_sys::Node,
+    rti: i32,
+    above: *mut pg_sys::Bitmapset,
+) -> Option<*mut pg_sys::Bitmapset> {
+    use pg_sys::JoinType::{JOIN_FULL, JOIN_LEFT, JOIN_RIGHT};
+    // SAFETY: join tree nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            None
+        } else if pgrx::is_a(node, pg_sys::NodeTag::T_RangeTblRef) {
+            ((*(node as *mut pg_sys::RangeTblRef)).rtindex == rti).then_some(above)
+        } else if pgrx::is_a(node, pg_sys::NodeTag::T_JoinExpr) {
+            let join = node as *mut pg_sys::JoinExpr;
+            let with = |nulls: bool| {
+                if nulls {
+                    pg_sys::bms_add_member(pg_sys::bms_copy(above), (*join).rtindex)
+                } else {
+                    pg_sys::bms_copy(above)
+                }
+            };
+            let kind = (*join).jointype;
+            nulling_joins(
+                (*join).larg,
+                rti,
+                with(kind == JOIN_RIGHT || kind == JOIN_FULL),
+            )
+            .or_else(|| {
+                nulling_joins(
+                    (*join).rarg,
+                    rti,
+                    with(kind == JOIN_LEFT || kind == JOIN_FULL),
+                )
+            })
+        } else if pgrx::is_a(node, pg_sys::NodeTag::T_FromExpr) {
+            pgrx::PgList::<pg_sys::Node>::from_pg((*(node as *mut pg_sys::FromExpr)).fromlist)
+                .iter_ptr()
+                .find_map(|item| nulling_joins(item, rti, above))
+        } else {
+            None
+        }
+    }
+}

@@ -171,12 +171,21 @@ pub unsafe fn unit_of_query(
             }
         }
     }
-    match sources.len() {
-        0 => Ok(None),
-        1 => Ok(sources.pop()),
+    let source = match sources.len() {
+        0 => return Ok(None),
+        1 => sources.pop().expect("one source"),
         // SAFETY: the sources' expressions are Vars of this query.
-        _ => unsafe { joined_on_the_unit(query, sources, aggregate) }.map(Some),
+        _ => unsafe { joined_on_the_unit(query, sources, aggregate) }?,
+    };
+    // The unit is read above the level's joins, where an outer join may null it.
+    // SAFETY: expressions over this query's range table, made for this source.
+    unsafe {
+        crate::extension::versions::mark_nullable(query, source.expression.cast());
+        if let Some(identity) = source.null_identity {
+            crate::extension::versions::mark_nullable(query, identity.cast());
+        }
     }
+    Ok(Some(source))
 }
 
 /// Tables with privacy units joined on the unit: every one linked to the others by
