@@ -26,6 +26,7 @@ mod metering;
 mod shared;
 mod sql;
 mod statistics;
+mod upgrade;
 mod wal;
 
 pub use barrier::install_barrier;
@@ -298,5 +299,74 @@ mod tests {
             column("SELECT coalesce(epsilon_limit::text, 'none') FROM dp_budget WHERE role = 'limited_analyst'::regrole"),
             ["none"]
         );
+    }
+
+    /// What a role spent carries over as one ledger line; the export rebuilds every
+    /// account (spent, then limits) in statements that read back exactly.
+    #[pg_test]
+    fn budget_carries_over_and_exports() {
+        run(&["CREATE ROLE \"Moved Analyst\"", "CREATE ROLE plain_analyst"]);
+        for (call, message) in [
+            (
+                "dp_budget_carry_over(NULL, 1)",
+                "22023: role must be a role, got NULL",
+            ),
+            (
+                "dp_budget_carry_over('plain_analyst', -1)",
+                "22023: epsilon_spent must be finite and at least 0, got -1",
+            ),
+            (
+                "dp_budget_carry_over('plain_analyst', 'NaN')",
+                "22023: epsilon_spent must be finite and at least 0, got NaN",
+            ),
+            (
+                "dp_budget_carry_over('plain_analyst', 1, 'Infinity')",
+                "22023: delta_spent must be finite and at least 0, got Infinity",
+            ),
+            (
+                "dp_budget_carry_over(0::regrole, 1)",
+                "42704: role with OID 0 does not exist",
+            ),
+        ] {
+            assert_eq!(error_of(&format!("SELECT {call}")), message, "{call}");
+        }
+        run(&[
+            "SELECT dp_budget_carry_over('\"Moved Analyst\"', 0.30000000000000004, 1e-7)",
+            "SELECT dp_budget_set('\"Moved Analyst\"', 0.25, 1e-6)",
+            "SELECT dp_budget_set('plain_analyst', 2)",
+        ]);
+        // Accounts count in units of 10⁻¹² rounded up, so what is carried over is never
+        // less than what was spent; a limit below it leaves nothing to spend.
+        assert_eq!(
+            column("SELECT epsilon_spent || ' ' || epsilon_remaining || ' ' || delta_spent FROM dp_budget WHERE role = '\"Moved Analyst\"'::regrole"),
+            ["0.300000000001 0 1e-07"]
+        );
+        assert_eq!(
+            column("SELECT aggregate || ' ' || epsilon FROM dp_ledger WHERE role = '\"Moved Analyst\"'::regrole AND kind = 'charge'"),
+            ["carried over 0.30000000000000004"]
+        );
+        let exported = column("SELECT s FROM dp_budget_export() s");
+        assert!(
+            exported.contains(
+                &"SELECT dp_budget_carry_over('\"Moved Analyst\"', 0.300000000001, 1e-7);"
+                    .to_string()
+            ),
+            "{exported:?}"
+        );
+        assert!(
+            exported
+                .contains(&"SELECT dp_budget_set('\"Moved Analyst\"', 0.25, 1e-6);".to_string()),
+            "{exported:?}"
+        );
+        assert!(
+            exported.contains(&"SELECT dp_budget_set('plain_analyst', 2.0, 0.0);".to_string()),
+            "{exported:?}"
+        );
+        run(&["SET ROLE plain_analyst"]);
+        assert_eq!(
+            error_of("SELECT dp_budget_export()"),
+            "42501: permission denied for function dp_budget_export"
+        );
+        run(&["RESET ROLE"]);
     }
 }

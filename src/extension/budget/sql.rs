@@ -17,7 +17,7 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
 use pgrx::prelude::*;
 use pgrx::FromDatum;
 
-fn require_preloaded() {
+pub(super) fn require_preloaded() {
     if !preloaded() {
         raise(Error::BudgetsUnavailable {
             reason: "pg_exp_mech is not in shared_preload_libraries".into(),
@@ -25,8 +25,26 @@ fn require_preloaded() {
     }
 }
 
+/// regrole accepts any oid (0::regrole, a dropped role's): an account of no role would
+/// sit in the accounts unenforced.
+pub(super) fn require_existing(role: Oid) {
+    // SAFETY: a syscache lookup by oid; any oid is accepted.
+    let exists = unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::AUTHOID as i32,
+            pg_sys::Datum::from(role),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    };
+    if !exists {
+        raise(Error::UnknownRole { oid: role.to_u32() });
+    }
+}
+
 /// Accounts that could not be loaded are an error to read, not an empty table.
-fn require_readable(unavailable: Option<Refusal>) {
+pub(super) fn require_readable(unavailable: Option<Refusal>) {
     if let Some(refusal) = unavailable {
         raise(refusal.error(String::new));
     }
@@ -77,21 +95,7 @@ fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>, delta: default!(Op
             requirement: "a role".into(),
         });
     };
-    // regrole accepts any oid (0::regrole, a dropped role's): a limit on no role would
-    // sit in the accounts unenforced.
-    // SAFETY: a syscache lookup by oid; any oid is accepted.
-    let exists = unsafe {
-        pg_sys::SearchSysCacheExists(
-            pg_sys::SysCacheIdentifier::AUTHOID as i32,
-            pg_sys::Datum::from(role),
-            pg_sys::Datum::from(0),
-            pg_sys::Datum::from(0),
-            pg_sys::Datum::from(0),
-        )
-    };
-    if !exists {
-        raise(Error::UnknownRole { oid: role.to_u32() });
-    }
+    require_existing(role);
     let limit = match epsilon {
         None => None,
         Some(e) if e.is_finite() && e >= 0.0 => Some(e),
