@@ -25,9 +25,24 @@ pub(super) fn require_preloaded() {
     }
 }
 
+/// The role a budget administrator's call names: present, existing, with the library
+/// preloaded.
+pub(super) fn administered_role(role: Option<RegRole>) -> Oid {
+    require_preloaded();
+    let Some(RegRole(role)) = role else {
+        raise(Error::InvalidParameter {
+            name: "role",
+            value: "NULL".into(),
+            requirement: "a role".into(),
+        });
+    };
+    require_existing(role);
+    role
+}
+
 /// regrole accepts any oid (0::regrole, a dropped role's): an account of no role would
 /// sit in the accounts unenforced.
-pub(super) fn require_existing(role: Oid) {
+fn require_existing(role: Oid) {
     // SAFETY: a syscache lookup by oid; any oid is accepted.
     let exists = unsafe {
         pg_sys::SearchSysCacheExists(
@@ -87,15 +102,7 @@ unsafe impl SqlTranslatable for RegRole {
 #[pg_extern(volatile, parallel_unsafe)]
 fn dp_budget_set(role: Option<RegRole>, epsilon: Option<f64>, delta: default!(Option<f64>, 0)) {
     // EXECUTE is revoked from PUBLIC: PostgreSQL has checked the caller's privilege.
-    require_preloaded();
-    let Some(RegRole(role)) = role else {
-        raise(Error::InvalidParameter {
-            name: "role",
-            value: "NULL".into(),
-            requirement: "a role".into(),
-        });
-    };
-    require_existing(role);
+    let role = administered_role(role);
     let limit = match epsilon {
         None => None,
         Some(e) if e.is_finite() && e >= 0.0 => Some(e),

@@ -7,7 +7,7 @@
 
 use super::charge::{now, role_name};
 use super::shared::{self, ACCOUNTS};
-use super::sql::{require_existing, require_preloaded, require_readable, RegRole};
+use super::sql::{administered_role, require_preloaded, require_readable, RegRole};
 use super::wal::in_recovery;
 use crate::budget::ledger::{Charge, DELTA, EPSILON};
 use crate::error::Error;
@@ -28,15 +28,7 @@ fn dp_budget_carry_over(
     delta_spent: default!(Option<f64>, 0),
 ) {
     // EXECUTE is revoked from PUBLIC: PostgreSQL has checked the caller's privilege.
-    require_preloaded();
-    let Some(RegRole(role)) = role else {
-        raise(Error::InvalidParameter {
-            name: "role",
-            value: "NULL".into(),
-            requirement: "a role".into(),
-        });
-    };
-    require_existing(role);
+    let role = administered_role(role);
     let spent = |name: &'static str, value: Option<f64>| match value {
         Some(v) if v.is_finite() && v >= 0.0 => v,
         _ => raise(Error::invalid(name, value, "finite and at least 0")),
