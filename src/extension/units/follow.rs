@@ -16,6 +16,10 @@ use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgList};
 use std::ffi::{c_void, CString};
 
+/// A foreign key column the unit was followed along: (entry, column, referenced table,
+/// its key column).
+pub type FollowedKey = (i32, i16, pg_sys::Oid, i16);
+
 /// Where a query level's rows get their unit: the table's declaration and the unit as an
 /// expression of the level's own rows.
 pub struct Source {
@@ -23,10 +27,13 @@ pub struct Source {
     pub expression: *mut pg_sys::Expr,
     /// Foreign key columns the unit was followed along, (entry, column, referenced
     /// table, its key column): an equality of one with that key joins on the unit.
-    pub keys: Vec<(i32, i16, pg_sys::Oid, i16)>,
+    pub keys: Vec<FollowedKey>,
     /// The entry and table, when the rows are a labelled table's own (one row per value
     /// of a unique key).
     pub relation: Option<(i32, pg_sys::Oid)>,
+    /// Other columns (entry, column) that hold the unit itself: a view's own copy of its
+    /// table's unit column, which a join condition names.
+    pub aliases: Vec<(i32, i16)>,
     /// Who a row whose unit is NULL belongs to, as a bigint: the referenced row's key
     /// (all rows that reach it are its unit). None: each such row is a unit of its own.
     pub null_identity: Option<*mut pg_sys::Expr>,
@@ -94,6 +101,7 @@ pub unsafe fn unit_of_query(
                                 keys: Vec::new(),
                                 relation: one_row_per_key.then_some((rti, (*rte).relid)),
                                 null_identity: None,
+                                aliases: Vec::new(),
                             });
                         }
                     }
@@ -112,6 +120,9 @@ pub unsafe fn unit_of_query(
                     let Some(inner) = inner? else {
                         continue;
                     };
+                    // The subquery's own columns that copy the unit or a followed key
+                    // (before the unit's column is added).
+                    let (aliases, keys) = copies(subquery, rti, &inner);
                     let attribute = add_column(subquery, rte, inner.expression);
                     let expression = pg_sys::makeVar(
                         rti,
@@ -124,8 +135,9 @@ pub unsafe fn unit_of_query(
                     sources.push(Source {
                         unit: inner.unit,
                         expression: expression.cast(),
-                        keys: Vec::new(),
+                        keys,
                         relation: None,
+                        aliases,
                         null_identity: inner.null_identity.map(|identity| {
                             let attribute = add_column(subquery, rte, identity);
                             pg_sys::makeVar(
@@ -284,6 +296,7 @@ unsafe fn joined_on_the_unit(
             keys: Vec::new(),
             relation: None,
             null_identity,
+            aliases: Vec::new(),
         })
     }
 }
@@ -303,9 +316,10 @@ unsafe fn same_unit(
     unsafe {
         let at = |var: *mut pg_sys::Var| ((*var).varno, (*var).varattno);
         let unit_of = |var| {
-            sources
-                .iter()
-                .position(|source| at(source.expression as *mut pg_sys::Var) == at(var))
+            sources.iter().position(|source| {
+                at(source.expression as *mut pg_sys::Var) == at(var)
+                    || source.aliases.contains(&at(var))
+            })
         };
         if let (Some(a), Some(b)) = (unit_of(left), unit_of(right)) {
             return Some((a, b));
@@ -647,6 +661,47 @@ pub unsafe fn column_var(relation: pg_sys::Oid, rti: i32, attribute: i16) -> *mu
         let (mut typid, mut typmod, mut collation) = (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
         pg_sys::get_atttypetypmodcoll(relation, attribute, &mut typid, &mut typmod, &mut collation);
         pg_sys::makeVar(rti, attribute, typid, typmod, collation, 0).cast()
+    }
+}
+
+/// The output columns of `subquery` (read as entry `rti`) that copy `inner`'s unit, and
+/// those that copy a foreign key it was followed along.
+///
+/// # Safety
+/// `subquery` must be the valid Query whose rows `inner` describes.
+unsafe fn copies(
+    subquery: *mut pg_sys::Query,
+    rti: i32,
+    inner: &Source,
+) -> (Vec<(i32, i16)>, Vec<FollowedKey>) {
+    // SAFETY: target entries of a valid Query; Vars are read after their tags are checked.
+    unsafe {
+        let mut units = inner.aliases.clone();
+        if is_a(inner.expression.cast(), NodeTag::T_Var) {
+            let var = inner.expression as *mut pg_sys::Var;
+            units.push(((*var).varno, (*var).varattno));
+        }
+        let (mut aliases, mut keys) = (Vec::new(), Vec::new());
+        for entry in PgList::<pg_sys::TargetEntry>::from_pg((*subquery).targetList).iter_ptr() {
+            let expression = (*entry).expr as *mut pg_sys::Node;
+            if (*entry).resjunk
+                || !is_a(expression, NodeTag::T_Var)
+                || (*(expression as *mut pg_sys::Var)).varlevelsup != 0
+            {
+                continue;
+            }
+            let var = expression as *mut pg_sys::Var;
+            let column = ((*var).varno, (*var).varattno);
+            if units.contains(&column) {
+                aliases.push((rti, (*entry).resno));
+            }
+            for &(key_rti, key_column, table, key) in &inner.keys {
+                if (key_rti, key_column) == column {
+                    keys.push((rti, (*entry).resno, table, key));
+                }
+            }
+        }
+        (aliases, keys)
     }
 }
 

@@ -47,6 +47,7 @@ pub unsafe fn followed_unit(
                 keys,
                 relation: None,
                 null_identity,
+                aliases: Vec::new(),
             });
         }
         // SAFETY: the relation is locked by the query that reads it.

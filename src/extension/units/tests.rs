@@ -415,6 +415,41 @@ mod tests {
         }
     }
 
+    /// A view over a labelled table joins another labelled table on the view's own copy
+    /// of the unit (or of a followed key), as the tables themselves would; on anything
+    /// else it is still refused.
+    #[pg_test]
+    fn units_views_join_on_their_copy_of_the_unit() {
+        run(&[
+            "CREATE TABLE seen(person int, page text)",
+            "CREATE TABLE people_seen(person int, country text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN seen.person IS 'privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN people_seen.person IS 'privacy_unit'",
+            "INSERT INTO seen SELECT 1, 'X' FROM generate_series(1, 50)",
+            "INSERT INTO seen SELECT p, 'Y' FROM generate_series(2, 4) p",
+            "INSERT INTO people_seen SELECT p, 'fr' FROM generate_series(1, 4) p",
+            "CREATE VIEW seen_pages AS SELECT person AS who, page FROM seen WHERE page IS NOT NULL",
+            "CREATE TABLE shop(id int PRIMARY KEY, customer int)",
+            "CREATE TABLE shop_items(order_id int REFERENCES shop (id), product text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN shop.customer IS 'privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN shop_items.order_id IS 'references_privacy_unit'",
+            "INSERT INTO shop SELECT o, o FROM generate_series(1, 4) o",
+            "INSERT INTO shop_items SELECT 1, 'X' FROM generate_series(1, 50)",
+            "INSERT INTO shop_items SELECT o, 'Y' FROM generate_series(2, 4) o",
+            "CREATE VIEW shop_lines AS SELECT order_id AS ordered, product FROM shop_items",
+        ]);
+        for query in [
+            "SELECT dp_argmax(v.page, 1, 1e6, 1, ARRAY['X', 'Y']) FROM seen_pages v JOIN people_seen p ON p.person = v.who",
+            "SELECT dp_argmax(l.product, 1, 1e6, 1, ARRAY['X', 'Y']) FROM shop_lines l JOIN shop o ON o.id = l.ordered",
+        ] {
+            assert_eq!(column(query), ["Y"], "{query}");
+        }
+        assert!(error_of(
+            "SELECT dp_argmax(v.page, 1, 1e6, 1, ARRAY['X', 'Y']) FROM seen_pages v JOIN people_seen p ON p.country = v.page"
+        )
+        .starts_with("0A000: "));
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
