@@ -267,6 +267,17 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>> Accounts<S> {
         Ok(())
     }
 
+    /// Records what a role spent elsewhere (its account moved from another cluster),
+    /// whatever its limit: spending is a fact, never refused. `write` puts it on the
+    /// ledger, durably, first.
+    pub fn carry_over(
+        &mut self,
+        charge: &Charge,
+        write: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), Refusal> {
+        self.record(charge.role, &Record::Charge(charge.clone()), write)
+    }
+
     /// Sets (or removes) a role's limit, keeping what it spent; `write` puts the change
     /// on the ledger (always durably) before the table changes.
     pub fn set_limit(
@@ -274,13 +285,24 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>> Accounts<S> {
         limit: &Limit,
         write: impl FnOnce() -> Result<(), String>,
     ) -> Result<(), Refusal> {
+        self.record(limit.role, &Record::Limit(limit.clone()), write)
+    }
+
+    /// Applies a budget administrator's record to `role`'s account (no limit applies),
+    /// after `write` put it on the ledger.
+    fn record(
+        &mut self,
+        role: u32,
+        record: &Record,
+        write: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), Refusal> {
         if let Some(refusal) = self.unavailable() {
             return Err(refusal);
         }
-        let slot = self.slot(limit.role)?;
+        let slot = self.slot(role)?;
         write().map_err(|reason| Refusal::Write { reason })?;
         let mut account = slot.account();
-        account.apply(&Record::Limit(limit.clone()));
+        account.apply(record);
         slot.store(account);
         Ok(())
     }
@@ -371,6 +393,26 @@ mod tests {
             log.push(durable);
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_carried_over_spend_is_kept_beyond_the_limit() {
+        let mut accounts = Accounts::with_capacity(4);
+        accounts
+            .set_limit(&limit(10, Some(1.0)), || Ok(()))
+            .unwrap();
+        accounts.carry_over(&charge(10, 2.0), || Ok(())).unwrap();
+        let account = accounts.get(10).unwrap();
+        assert_eq!(account.spent, EPSILON.charge(2.0));
+        assert_eq!(account.remaining(), Some(0));
+        assert!(accounts
+            .charge(&[charge(10, 0.1)], false, |_| Ok(()))
+            .is_err());
+        // A failed write changes nothing.
+        assert!(accounts
+            .carry_over(&charge(10, 1.0), || Err("disk full".into()))
+            .is_err());
+        assert_eq!(accounts.get(10).unwrap().spent, EPSILON.charge(2.0));
     }
 
     #[test]

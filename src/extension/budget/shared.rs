@@ -445,14 +445,29 @@ pub fn charge(charges: &[ledger::Charge], must_have_budget: bool) -> Result<(), 
     Ok(())
 }
 
+/// Records what a role spent on another cluster, whatever its limit: in WAL (flushed)
+/// and in the ledger first.
+pub fn carry_over(charge: &ledger::Charge) -> Result<(), Refusal> {
+    administer(Record::Charge(charge.clone()))
+}
+
 /// Sets (or removes) a role's limit: in WAL (flushed) and in the ledger first.
 pub fn set_limit(limit: &ledger::Limit) -> Result<(), Refusal> {
+    administer(Record::Limit(limit.clone()))
+}
+
+/// A budget administrator's record: in WAL (flushed) and in the ledger, then applied.
+fn administer(record: Record) -> Result<(), Refusal> {
     let mut shared = ACCOUNTS.exclusive();
     let SharedAccounts {
         position, accounts, ..
     } = &mut *shared;
-    let records = [Record::Limit(limit.clone())];
-    accounts.set_limit(limit, || write(position, &records, true))?;
+    let records = [record];
+    let write = || write(position, &records, true);
+    match &records[0] {
+        Record::Charge(charge) => accounts.carry_over(charge, write)?,
+        Record::Limit(limit) => accounts.set_limit(limit, write)?,
+    }
     snapshot_if_due(&mut shared);
     Ok(())
 }

@@ -50,8 +50,7 @@ fn dp_budget_carry_over(
         aggregate: CARRIED_OVER.into(),
         statement: 0,
     };
-    // No limit is in the way: the limits come after (dp_budget_export's order).
-    shared::charge(&[charge], false)
+    shared::carry_over(&charge)
         .map_err(|refusal| refusal.error(|| role_name(role.to_u32())))
         .or_raise();
 }
@@ -64,14 +63,27 @@ fn dp_budget_export() -> SetOfIterator<'static, String> {
     require_preloaded();
     let shared = ACCOUNTS.share();
     require_readable(shared.accounts.unavailable());
-    let mut accounts: Vec<(String, _)> = shared
-        .accounts
+    let accounts: Vec<_> = shared.accounts.iter().collect();
+    drop(shared);
+    // A dropped role's account cannot move by name: said, not exported.
+    // SAFETY: catalog lookups by oid; NULL for a role that no longer exists.
+    let exists = |role: u32| unsafe { !pg_sys::GetUserNameFromId(role.into(), true).is_null() };
+    let mut statements: Vec<String> = accounts
         .iter()
+        .filter(|&&(role, _)| !exists(role))
+        .map(|&(role, account)| {
+            format!(
+                "-- role {role} no longer exists: its account (epsilon spent {:?}) is not carried over",
+                EPSILON.amount(account.spent)
+            )
+        })
+        .collect();
+    let mut accounts: Vec<(String, _)> = accounts
+        .into_iter()
+        .filter(|&(role, _)| exists(role))
         .map(|(role, account)| (role_literal(role), account))
         .collect();
-    drop(shared);
     accounts.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut statements = Vec::new();
     for (role, account) in accounts {
         let (epsilon, delta) = (
             EPSILON.amount(account.spent),
@@ -103,7 +115,14 @@ fn role_literal(role: u32) -> String {
             .to_string_lossy()
             .into_owned()
     };
-    format!("'{}'", identifier.replace('\'', "''"))
+    // SAFETY: quote_literal_cstr returns a palloc'd literal (E'...' where a backslash
+    // needs it), read whatever standard_conforming_strings is where it runs.
+    unsafe {
+        let c_identifier = std::ffi::CString::new(identifier).expect("no NUL");
+        std::ffi::CStr::from_ptr(pg_sys::quote_literal_cstr(c_identifier.as_ptr()))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 pgrx::extension_sql!(

@@ -7,7 +7,8 @@
 //! before the DP aggregate (an aggregate, DISTINCT, a window function, LIMIT, a set
 //! operation, a WITH query or a subquery in an expression), the unit is lost: refused,
 //! never answered per row. A subquery that itself finalizes DP aggregates gives
-//! releases, not rows: public.
+//! releases, not rows: public (ungrouped, with no other aggregate; a grouped one's keys
+//! are rows of the table).
 
 use super::labels::{unit_of, Unit};
 use super::{dp_calls, is_empty_list};
@@ -77,24 +78,25 @@ pub unsafe fn unit_of_query(
                         if unit.attribute <= 0 {
                             return Err(refusal(&unit, aggregate, "through a parent table that lacks the unit column of its labelled child: label a column of the parent that every child has"));
                         }
+                        // A join along a key to this table joins one row only if the
+                        // key's unique index covers every row it reads: not with
+                        // inheritance children, whose rows the index does not see.
+                        let one_row_per_key = !(*rte).inh
+                            || pg_sys::get_rel_relkind((*rte).relid)
+                                == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+                            || !super::labels::has_children((*rte).relid);
                         if unit.by_reference {
-                            let source = super::keys::followed_unit(
+                            let mut source = super::keys::followed_unit(
                                 query,
                                 rti,
                                 (*rte).relid,
                                 unit,
                                 aggregate,
                             )?;
+                            source.relation = one_row_per_key.then_some((rti, (*rte).relid));
                             sources.push(source);
                         } else {
                             let expression = column_var((*rte).relid, rti, unit.attribute);
-                            // A join along a key to this table joins one row only if the
-                            // key's unique index covers every row it reads: not with
-                            // inheritance children, whose rows the index does not see.
-                            let one_row_per_key = !(*rte).inh
-                                || pg_sys::get_rel_relkind((*rte).relid)
-                                    == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
-                                || !super::labels::has_children((*rte).relid);
                             sources.push(Source {
                                 unit,
                                 expression,
@@ -620,7 +622,7 @@ unsafe extern "C-unwind" fn protected_walker(
             return false;
         }
         if is_a(node, NodeTag::T_Query) {
-            if !dp_calls(node.cast()).aggregates.is_empty() {
+            if dp_calls(node.cast()).release_only(node.cast()) {
                 return false;
             }
             return pg_sys::query_tree_walker(

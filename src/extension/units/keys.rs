@@ -169,32 +169,44 @@ unsafe fn join_referenced(
             &[key.confkey[0], unit],
         );
         let joined = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).len() as i32;
-        let (mut fk_type, mut fk_typmod, mut fk_collation) =
-            (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
-        pg_sys::get_atttypetypmodcoll(
-            key.conrelid,
-            key.conkey[0],
-            &mut fk_type,
-            &mut fk_typmod,
-            &mut fk_collation,
-        );
-        let (mut pk_type, mut pk_typmod, mut pk_collation) =
-            (pg_sys::InvalidOid, -1, pg_sys::InvalidOid);
-        pg_sys::get_atttypetypmodcoll(
-            referenced,
-            key.confkey[0],
-            &mut pk_type,
-            &mut pk_typmod,
-            &mut pk_collation,
-        );
+        // PK = FK as the foreign key compares them: its operator's input types, the
+        // referencing value cast as RI does (an int key of a numeric one, char of text).
+        let (mut left, mut right) = (pg_sys::InvalidOid, pg_sys::InvalidOid);
+        pg_sys::op_input_types(key.conpfeqop[0], &mut left, &mut right);
+        let pk_column = super::follow::column_var(referenced, joined, key.confkey[0]);
+        let fk_column = super::follow::column_var(key.conrelid, rti, key.conkey[0]);
+        let as_input = |column: *mut pg_sys::Expr, input: Oid| {
+            let type_ = pg_sys::exprType(column.cast());
+            if type_ == input {
+                return column;
+            }
+            pg_sys::coerce_to_target_type(
+                std::ptr::null_mut(),
+                column.cast(),
+                type_,
+                input,
+                -1,
+                pg_sys::CoercionContext::COERCION_IMPLICIT,
+                pg_sys::CoercionForm::COERCE_IMPLICIT_CAST,
+                -1,
+            )
+            .cast()
+        };
+        let (pk, fk) = (as_input(pk_column, left), as_input(fk_column, right));
+        if pk.is_null() || fk.is_null() {
+            crate::extension::raise(crate::error::Error::UnitsUnavailable {
+                reason: "a foreign key declared 'references_privacy_unit' compares types pg_exp_mech cannot cast".into(),
+            });
+        }
+        let collation = pg_sys::exprCollation(pk_column.cast());
         let equal = pg_sys::make_opclause(
             key.conpfeqop[0],
             pg_sys::BOOLOID,
             false,
-            pg_sys::makeVar(joined, key.confkey[0], pk_type, pk_typmod, pk_collation, 0).cast(),
-            pg_sys::makeVar(rti, key.conkey[0], fk_type, fk_typmod, fk_collation, 0).cast(),
+            pk,
+            fk,
             pg_sys::InvalidOid,
-            pk_collation,
+            collation,
         );
         pg_sys::set_opfuncid(equal.cast());
         let pair = pg_sys::makeFromExpr(

@@ -180,11 +180,32 @@ pub struct Calls {
     /// A DP aggregate of this level inside a subquery of it (`SELECT (SELECT
     /// dp_argmax(t.x, ...))`).
     pub nested: Option<&'static str>,
+    /// Whether the level also computes aggregates that are not DP (count(*), ...).
+    pub others: bool,
 }
 
 impl Calls {
     fn is_empty(&self) -> bool {
         self.aggregates.is_empty() && self.window.is_none() && self.nested.is_none()
+    }
+
+    /// Whether every row of the level is made of DP releases only: one row (no GROUP BY)
+    /// of DP aggregates, no other aggregate. Then the level is public to the query
+    /// around it; a grouped level's keys, or an exact count beside the release, are rows
+    /// of the protected table.
+    ///
+    /// # Safety
+    /// `query` must be the valid Query these calls were found in.
+    pub unsafe fn release_only(&self, query: *mut pg_sys::Query) -> bool {
+        // SAFETY: fields of a valid Query.
+        unsafe {
+            !self.aggregates.is_empty()
+                && !self.others
+                && self.window.is_none()
+                && !(*query).hasWindowFuncs
+                && is_empty_list((*query).groupClause)
+                && is_empty_list((*query).groupingSets)
+        }
     }
 
     /// The name of one of the calls, for messages.
@@ -216,9 +237,11 @@ pub unsafe fn dp_calls(query: *mut pg_sys::Query) -> Calls {
     };
     // SAFETY: the walker reads nodes of the query's select list and HAVING.
     unsafe {
+        // The walker itself on each root (expression_tree_walker visits only a node's
+        // children: a HAVING that is one call, `HAVING dp_partition(...)`, would be missed).
         let context = (&mut walk as *mut CallsWalk).cast();
-        pg_sys::expression_tree_walker((*query).targetList.cast(), Some(call_walker), context);
-        pg_sys::expression_tree_walker((*query).havingQual, Some(call_walker), context);
+        call_walker((*query).targetList.cast(), context);
+        call_walker((*query).havingQual, context);
     }
     walk.calls
 }
@@ -247,6 +270,8 @@ unsafe extern "C-unwind" fn call_walker(node: *mut pg_sys::Node, context: *mut c
                     } else {
                         walk.calls.nested = Some(aggregate.name);
                     }
+                } else if walk.depth == 0 {
+                    walk.calls.others = true;
                 }
             }
         } else if is_a(node, NodeTag::T_WindowFunc) && walk.depth == 0 {

@@ -472,8 +472,13 @@ pub unsafe fn bound(
             let one = int8(1);
             let plan = match aggregate.family {
                 Family::Selection => {
-                    let (reference, item) =
-                        inner.key_column(copy(arguments[0]), &format!("item_{}", number + 1));
+                    // Items are told apart as the aggregate tells them (its input
+                    // collation: a COLLATE on the candidates makes case variants one
+                    // item), so that a unit's rows of one item are summed once.
+                    let (reference, item) = inner.key_column(
+                        collated(copy(arguments[0]), (*aggref).inputcollid),
+                        &format!("item_{}", number + 1),
+                    );
                     partition.push(reference);
                     let numeric = pg_sys::exprType(arguments[1].cast()) == pg_sys::NUMERICOID;
                     let read = if numeric { f.numeric_score } else { f.score };
@@ -1028,6 +1033,26 @@ unsafe fn unhashable<'a>(
         "with a unit, group key or item of type {}, which has no hash function {purpose}",
         type_name(type_)
     )
+}
+
+/// `expression` under `collation` (a RelabelType, as COLLATE is planned), unless it
+/// already has it or none is given.
+unsafe fn collated(expression: *mut pg_sys::Expr, collation: Oid) -> *mut pg_sys::Expr {
+    // SAFETY: a valid expression; the node made with PostgreSQL's constructor.
+    unsafe {
+        let node = expression.cast();
+        if collation == pg_sys::InvalidOid || pg_sys::exprCollation(node) == collation {
+            return expression;
+        }
+        pg_sys::makeRelabelType(
+            expression,
+            pg_sys::exprType(node),
+            pg_sys::exprTypmod(node),
+            collation,
+            pg_sys::CoercionForm::COERCE_IMPLICIT_CAST,
+        )
+        .cast()
+    }
 }
 
 /// `ROW(expressions...)`, an anonymous record.

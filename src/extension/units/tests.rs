@@ -450,6 +450,104 @@ mod tests {
         .starts_with("0A000: "));
     }
 
+    /// The fourth red team's findings, decided at ε = 10⁶ where the item with the most
+    /// bounded people wins (or at δ = 10⁻⁹ for dp_partition).
+    #[pg_test]
+    fn units_red_team_round_four_stays_fixed() {
+        run(&[
+            "CREATE TABLE pv(user_id int, page text)",
+            "INSERT INTO pv SELECT 1, 'pricing' FROM generate_series(1, 2000)",
+            "INSERT INTO pv SELECT u, 'docs' FROM generate_series(2, 40) u",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv.user_id IS 'privacy_unit'",
+        ]);
+        // H1, M3: a HAVING that is one dp_partition call is bounded (one person's 2,000
+        // rows are one person), also beside another DP call.
+        assert_eq!(
+            column("SELECT page FROM pv GROUP BY page HAVING dp_partition(1, 1e-9) ORDER BY page"),
+            ["docs"]
+        );
+        assert_eq!(
+            column("SELECT page FROM pv GROUP BY page HAVING dp_partition(1, 1e-9) AND dp_argmax(page, 1, 1e6, 1, ARRAY['docs', 'pricing']) IS NOT NULL"),
+            ["docs"]
+        );
+        // H2: a grouped subquery is rows of the table, whatever DP call it also makes.
+        assert!(error_of(
+            "SELECT dp_argmax(page, 1, 1e6, 1, ARRAY['docs', 'pricing']) FROM (SELECT page FROM pv GROUP BY page, ctid ORDER BY dp_partition(1e-9, 1e-12)) s"
+        )
+        .starts_with("0A000: "));
+        // H3: a COLLATE on the candidates makes case variants one item for the
+        // per-person sum too.
+        run(&[
+            "CREATE COLLATION case_blind_items (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+            "CREATE TABLE pvc(user_id int, page text)",
+            "INSERT INTO pvc SELECT 1, v FROM unnest(ARRAY['pricing', 'Pricing', 'PRICING', 'pRicing']) v",
+            "INSERT INTO pvc SELECT u, 'docs' FROM generate_series(2, 3) u",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pvc.user_id IS 'privacy_unit'",
+        ]);
+        assert_eq!(
+            column("SELECT dp_argmax(page, 1, 1e6, 1, ARRAY['docs', 'pricing'] COLLATE case_blind_items) FROM pvc"),
+            ["docs"]
+        );
+        // M1: a foreign key whose value is cast to the key's type (int to numeric).
+        run(&[
+            "CREATE TABLE o_num(id numeric PRIMARY KEY, customer int)",
+            "CREATE TABLE i_num(order_id int REFERENCES o_num (id), product text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN o_num.customer IS 'privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN i_num.order_id IS 'references_privacy_unit'",
+            "INSERT INTO o_num SELECT o, o FROM generate_series(1, 4) o",
+            "INSERT INTO i_num SELECT 1, 'X' FROM generate_series(1, 50)",
+            "INSERT INTO i_num SELECT o, 'Y' FROM generate_series(2, 4) o",
+        ]);
+        assert_eq!(
+            column("SELECT dp_argmax(product, 1, 1e6, 1, ARRAY['X', 'Y']) FROM i_num"),
+            ["Y"]
+        );
+        // L4: a join along the key between two tables declared through keys.
+        run(&[
+            "CREATE TABLE i_notes(item_id int, note text)",
+            "CREATE TABLE i_lines(id int PRIMARY KEY, order_id int REFERENCES o_num (id), product text)",
+            "INSERT INTO i_lines SELECT o, o, 'line' FROM generate_series(1, 4) o",
+            "ALTER TABLE i_notes ADD FOREIGN KEY (item_id) REFERENCES i_lines (id)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN i_lines.order_id IS 'references_privacy_unit'",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN i_notes.item_id IS 'references_privacy_unit'",
+            "INSERT INTO i_notes SELECT 1, 'X' FROM generate_series(1, 50)",
+            "INSERT INTO i_notes SELECT o, 'Y' FROM generate_series(2, 4) o",
+        ]);
+        assert_eq!(
+            column("SELECT dp_argmax(n.note, 1, 1e6, 1, ARRAY['X', 'Y']) FROM i_notes n JOIN i_lines l ON l.id = n.item_id"),
+            ["Y"]
+        );
+        // M2, L1, L2: a carried-over spend beyond the limit is kept; the export quotes
+        // role names as literals that read the same whatever standard_conforming_strings
+        // is, and lists a dropped role's account as a comment.
+        run(&[
+            "CREATE ROLE \"back\\slash'd\"",
+            "CREATE ROLE dropped_analyst",
+            "SELECT dp_budget_set('\"back\\slash''d\"', 1)",
+            "SELECT dp_budget_carry_over('\"back\\slash''d\"', 2)",
+            "SELECT dp_budget_carry_over('dropped_analyst', 0.5)",
+            "DROP ROLE dropped_analyst",
+        ]);
+        assert_eq!(
+            column("SELECT epsilon_spent || ' ' || epsilon_remaining FROM dp_budget WHERE role = '\"back\\slash''d\"'::regrole"),
+            ["2 0"]
+        );
+        let exported = column("SELECT s FROM dp_budget_export() s");
+        assert!(
+            exported.contains(
+                &"SELECT dp_budget_carry_over(E'\"back\\\\slash''d\"', 2.0, 0.0);".to_string()
+            ),
+            "{exported:?}"
+        );
+        assert!(
+            exported.iter().any(|line| line.starts_with("-- role ")
+                && line.ends_with(
+                    "no longer exists: its account (epsilon spent 0.5) is not carried over"
+                )),
+            "{exported:?}"
+        );
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
