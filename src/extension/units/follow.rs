@@ -184,6 +184,12 @@ pub unsafe fn unit_of_query(
                 return Err(refusal(&unit, aggregate, "through a subquery in WHERE, ON, the select list or HAVING (IN, EXISTS or a scalar subquery), which combines rows of different units: join the table in FROM instead"));
             }
         }
+        // How many rows come out must not depend on protected rows either.
+        for expressions in [(*query).limitCount, (*query).limitOffset] {
+            if let Some(unit) = first_protected(expressions) {
+                return Err(refusal(&unit, aggregate, "through a subquery in LIMIT or OFFSET: the number of rows released would depend on its rows; give a constant"));
+            }
+        }
     }
     let source = match sources.len() {
         0 => return Ok(None),

@@ -270,7 +270,9 @@ unsafe extern "C-unwind" fn call_walker(node: *mut pg_sys::Node, context: *mut c
                     } else {
                         walk.calls.nested = Some(aggregate.name);
                     }
-                } else if walk.depth == 0 {
+                } else {
+                    // Another aggregate of this level, even inside a sublink
+                    // (`(SELECT array_agg(q.x))` aggregates the level's rows).
                     walk.calls.others = true;
                 }
             }

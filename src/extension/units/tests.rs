@@ -548,6 +548,31 @@ mod tests {
         );
     }
 
+    /// The fifth red team's findings: a subquery's other aggregate hidden in a sublink,
+    /// and a protected count in LIMIT, no longer make a DP level's rows public.
+    #[pg_test]
+    fn units_red_team_round_five_stays_fixed() {
+        run(&[
+            "CREATE TABLE pv5(user_id int, page text)",
+            "INSERT INTO pv5 SELECT 1, 'pricing' FROM generate_series(1, 2000)",
+            "INSERT INTO pv5 SELECT u, 'docs' FROM generate_series(2, 40) u",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv5.user_id IS 'privacy_unit'",
+            "CREATE TABLE pub5(k int, page text)",
+            "INSERT INTO pub5 SELECT g, 'docs' FROM generate_series(1, 10) g",
+        ]);
+        for query in [
+            "SELECT dp_argmax(x.item, 1, 1e6, 1, ARRAY['docs', 'pricing'])
+               FROM (SELECT dp_argmax(page, 1, 1, 1, ARRAY['a']) r, (SELECT array_agg(q.page)) pages FROM pv5 q) s,
+                    unnest(s.pages) x(item)",
+            "SELECT item FROM (SELECT dp_argmax(page, 1, 1, 1, ARRAY['x']) r, 'pricing' item, generate_series(1, 100000)
+                                 FROM pub5 LIMIT (SELECT count(*) FROM pv5 WHERE user_id = 1)) u
+              GROUP BY item HAVING dp_partition(1, 1e-9)",
+            "SELECT dp_argmax(page, 1, 1.0) FROM pub5 OFFSET (SELECT count(*) FROM pv5) - 2000",
+        ] {
+            assert!(error_of(query).starts_with("0A000: "), "{query}: {}", error_of(query));
+        }
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
