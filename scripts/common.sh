@@ -106,6 +106,38 @@ ensure_pg18() {
     echo "$pg_config"
 }
 
+# Citus from ../shared/vendor, built once into the cached PostgreSQL 18 (about 5 minutes).
+CITUS_TARBALL="$REPO/../shared/vendor/citus-main-a3d5708.tar.gz"
+ensure_citus() {
+    local pg_config="$1" prefix
+    prefix="$("$pg_config" --bindir)/.."
+    if [ "$(cat "$prefix/.citus" 2>/dev/null)" = "$(basename "$CITUS_TARBALL")" ]; then
+        return
+    fi
+    local packages=(libcurl4-openssl-dev liblz4-dev libzstd-dev libssl-dev) missing=() package
+    for package in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing ${missing[*]} (to build Citus)"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    say "building Citus into $prefix (about 5 minutes, once)"
+    local build="$PG_EXP_MECH_CACHE/build-citus"
+    rm -rf "$build"
+    mkdir -p "$build"
+    tar xzf "$CITUS_TARBALL" -C "$build"
+    (cd "$build"/citus-* \
+        && PG_CONFIG="$pg_config" ./configure >"$build/configure.log" 2>&1 \
+        && make -j"$(nproc)" >"$build/make.log" 2>&1 \
+        && make install >"$build/install.log" 2>&1) \
+        || { tail -n 30 "$build"/*.log >&2; exit 1; }
+    basename "$CITUS_TARBALL" > "$prefix/.citus"
+    rm -rf "$build"
+}
+
 # Builds and installs the extension into the system PostgreSQL.
 # $1: "release" or "debug".
 install_extension() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: `make test`. Installs what is missing (PostgreSQL 18 is built once
-# into a cache outside the clone), then, on PostgreSQL 15 (Debian's) and on 18:
+# The whole test suite: `make test`. Installs what is missing (PostgreSQL 18 and Citus are
+# built once into a cache outside the clone), then, on PostgreSQL 15 (Debian's) and on 18:
 #   1. the gate: cargo fmt --check and cargo clippy for each version (every warning an
 #      error, every unsafe block with its SAFETY comment: Cargo.toml's [lints]);
 #   2. cargo pgrx test: the pure Rust tests and the #[pg_test] SQL tests (inside PostgreSQL);
@@ -9,6 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites
 PG18_CONFIG="$(ensure_pg18)"
+ensure_citus "$PG18_CONFIG"   # for tests/test_citus.sh
 
 say "formatting and lints (cargo fmt --check, cargo clippy for PostgreSQL 15 and 18)"
 cargo fmt --check

@@ -93,6 +93,10 @@ pub enum Error {
     /// A DP aggregate finalized in a plan node that was not metered.
     #[error("{reason}")]
     NotMetered { reason: String },
+    /// A DP aggregate that Citus would run where the cluster's one budget cannot meter
+    /// it: on a worker, or over a distributed table.
+    #[error("{reason}")]
+    Distributed { reason: String },
     /// A role oid that names no role (dp_budget_set(0::regrole, ...)).
     #[error("role with OID {oid} does not exist")]
     UnknownRole { oid: u32 },
@@ -136,7 +140,8 @@ impl Error {
             Error::NotInAggregate { .. }
             | Error::NotMetered { .. }
             | Error::UnitNotFollowed { .. }
-            | Error::OpaqueFunction { .. } => "0A000",
+            | Error::OpaqueFunction { .. }
+            | Error::Distributed { .. } => "0A000",
             // configuration_limit_exceeded
             Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege

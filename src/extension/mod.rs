@@ -4,6 +4,7 @@ mod aggregate;
 mod argmax;
 mod arguments;
 pub mod budget;
+mod citus;
 mod forms;
 pub mod guc;
 mod item_scores;

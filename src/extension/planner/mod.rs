@@ -6,7 +6,8 @@
 //!   instead of once per row;
 //! - every DP aggregate over rows of a table with a privacy unit is bounded per unit
 //!   (`units`: the rewrite lives there);
-//! - a budgeted role's DP statement is planned with statistics counters off.
+//! - a budgeted role's DP statement is planned with statistics counters off;
+//! - under Citus, DP aggregates run only where the one budget meters them (`citus`).
 
 mod parameters;
 
@@ -40,6 +41,7 @@ unsafe extern "C-unwind" fn plan_query(
         let dp = parameters::evaluate_once_per_loop(parse);
         // After the parameters became init-plans: the share of each group wraps them.
         if dp {
+            crate::extension::citus::refuse_distributed(parse);
             crate::extension::units::bound_by_units(parse);
         }
         // Planning may read the data (the planner reads an index's extremes to estimate

@@ -24,7 +24,7 @@ mod rewrite;
 mod tests;
 
 pub use functions::new_statement;
-pub use labels::{any_declared, install_labels};
+pub use labels::{any_declared, install_labels, scan as scan_catalog};
 pub use rewrite::charged_expression;
 
 use crate::extension::budget::dp_aggregate;
