@@ -22,14 +22,22 @@ use std::ffi::c_void;
 
 /// A catalog relation of Citus in pg_catalog, if Citus is installed in this database.
 fn citus_catalog(name: &std::ffi::CStr) -> Option<Oid> {
+    if !installed() {
+        return None;
+    }
     // SAFETY: catalog lookups by name in pg_catalog (never through search_path).
     unsafe {
-        if pg_sys::get_extension_oid(c"citus".as_ptr(), true) == pg_sys::InvalidOid {
-            return None;
-        }
         let oid = pg_sys::get_relname_relid(name.as_ptr(), pg_sys::PG_CATALOG_NAMESPACE.into());
         (oid != pg_sys::InvalidOid).then_some(oid)
     }
+}
+
+/// Whether Citus is installed in this database: then a DP call the planner hook did not
+/// see (in the body of a SQL function that PostgreSQL inlines later) is refused when its
+/// plan starts, as where privacy units are declared.
+pub fn installed() -> bool {
+    // SAFETY: a catalog lookup by name.
+    unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) != pg_sys::InvalidOid }
 }
 
 /// Refuses `query`, which finalizes DP aggregates, where Citus would run them out of the

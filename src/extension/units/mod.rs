@@ -105,9 +105,16 @@ pub fn require_seen(location: i32, aggregate: &str) {
     if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
         return;
     }
-    if location != SEEN && any_declared() {
-        crate::extension::raise(crate::error::Error::UnitsUnavailable {
-            reason: format!("{aggregate} was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)"),
+    if location == SEEN {
+        return;
+    }
+    let reason = format!("{aggregate} was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)");
+    if any_declared() {
+        crate::extension::raise(crate::error::Error::UnitsUnavailable { reason });
+    }
+    if crate::extension::citus::installed() {
+        crate::extension::raise(crate::error::Error::Distributed {
+            reason: format!("with Citus installed, {reason}"),
         });
     }
 }
