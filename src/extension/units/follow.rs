@@ -72,6 +72,11 @@ pub unsafe fn unit_of_query(
                 .collect();
         for (index, &rte) in rtable.iter().enumerate() {
             let rti = (index + 1) as i32;
+            // A row-level security policy's condition is a WHERE the reader did not write:
+            // a subquery over a labelled table there decides which rows come through.
+            if let Some(unit) = first_protected((*rte).securityQuals.cast()) {
+                return Err(refusal(&unit, aggregate, "through a row-level security policy whose condition has a subquery over it, which combines rows of different units: write the policy without subqueries over labelled tables"));
+            }
             match (*rte).rtekind {
                 pg_sys::RTEKind::RTE_RELATION => {
                     if let Some(unit) = unit_of((*rte).relid) {

@@ -571,6 +571,34 @@ mod tests {
         ] {
             assert!(error_of(query).starts_with("0A000: "), "{query}: {}", error_of(query));
         }
+        // The sixth: a row-level security policy whose condition reads a labelled table,
+        // on a public table or on a labelled one.
+        run(&[
+            "CREATE TABLE pub_rls(k int, item text)",
+            "INSERT INTO pub_rls SELECT g, 'a' FROM generate_series(1, 100) g",
+            "ALTER TABLE pub_rls ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE pub_rls FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY heavy ON pub_rls USING ((SELECT count(*) FROM pv5 WHERE user_id = 1) = 2000)",
+            "CREATE TABLE pv5_policed AS SELECT * FROM pv5",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv5_policed.user_id IS 'privacy_unit'",
+            "ALTER TABLE pv5_policed ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE pv5_policed FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY heavy_pages ON pv5_policed USING (page IN (SELECT page FROM pv5 GROUP BY page, user_id HAVING count(*) >= 2000))",
+            "CREATE ROLE policed_reader",
+            "GRANT SELECT ON pub_rls, pv5_policed, pv5 TO policed_reader",
+            "SET ROLE policed_reader",
+        ]);
+        for query in [
+            "SELECT dp_argmax(item, 1, 0.1, 1, ARRAY['a', 'b']) FROM pub_rls",
+            "SELECT dp_argmax(page, 1, 100, 1, ARRAY['docs', 'pricing']) FROM pv5_policed",
+        ] {
+            assert!(
+                error_of(query).starts_with("0A000: "),
+                "{query}: {}",
+                error_of(query)
+            );
+        }
+        run(&["RESET ROLE"]);
     }
 
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
