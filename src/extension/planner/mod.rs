@@ -7,11 +7,13 @@
 //! - every DP aggregate over rows of a table with a privacy unit is bounded per unit
 //!   (`units`: the rewrite lives there);
 //! - a budgeted role's DP statement is planned with statistics counters off;
-//! - under Citus, DP aggregates run only where the one budget meters them (`citus`).
+//! - under Citus, DP aggregates are finalized on the coordinator, where the one budget
+//!   meters them (`citus`).
 
 mod parameters;
 
 use crate::extension::budget::{count_again, session_is_budgeted, Silence};
+use crate::extension::citus;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -38,20 +40,32 @@ unsafe extern "C-unwind" fn plan_query(
     // scribble on (plancache hands it a copy); the previous hook takes the same arguments.
     unsafe {
         count_again();
-        let dp = parameters::evaluate_once_per_loop(parse);
+        // Over Citus tables the coordinator reads the parameters from the statement
+        // after Citus planned it (citus/coordinator.rs): they stay as written.
+        let distributed = citus::dp_over_citus_tables(parse);
+        let dp = distributed || parameters::evaluate_once_per_loop(parse);
         // After the parameters became init-plans: the share of each group wraps them.
         if dp {
-            crate::extension::citus::refuse_distributed(parse);
             crate::extension::units::bound_by_units(parse);
         }
+        let (parse, prepared) = if distributed {
+            let (parse, prepared) = citus::prepare(parse);
+            (parse, Some(prepared))
+        } else {
+            (parse, None)
+        };
         // Planning may read the data (the planner reads an index's extremes to estimate
         // a range): not counted for a budgeted role's DP statement (statistics.rs).
         let _silence = (dp && session_is_budgeted()).then(|| Silence::begin(std::ptr::null_mut()));
-        match PREVIOUS_PLANNER {
+        let planned = match PREVIOUS_PLANNER {
             Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
                 previous(parse, query_string, cursor_options, bound_parameters)
             }),
             None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_parameters),
+        };
+        if let Some(prepared) = prepared {
+            prepared.finish(planned);
         }
+        planned
     }
 }

@@ -20,6 +20,7 @@ mod grouping_sets;
 mod keys;
 mod labels;
 mod rewrite;
+pub(crate) use rewrite::functions;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
 
@@ -69,7 +70,7 @@ pub unsafe fn bound_by_units(query: *mut pg_sys::Query) {
 /// no protected row): negative, so no parsed call has it. The metering hook refuses,
 /// where units are declared, a DP call without it: one planned out of this hook's sight
 /// (the body of a SQL function that the planner inlines after the hook ran).
-const SEEN: i32 = -20_261_125;
+pub(crate) const SEEN: i32 = -20_261_125;
 
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn mark_seen(node: *mut pg_sys::Node, context: *mut c_void) -> bool {

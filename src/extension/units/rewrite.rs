@@ -42,16 +42,18 @@ use std::ffi::{c_void, CString};
 
 /// The oids of the functions the bounded plan calls.
 #[derive(Clone, Copy)]
-struct Functions {
+pub(crate) struct Functions {
+    /// dp_group_key, which keeps Citus from grouping on the workers (citus/coordinator.rs).
+    pub(crate) group_key: Oid,
     share: Oid,
     score: Oid,
     numeric_score: Oid,
     group_order: Oid,
     priority: Oid,
     of_null: Oid,
-    max_groups: Oid,
-    max_values: Oid,
-    max_items: Oid,
+    pub(crate) max_groups: Oid,
+    pub(crate) max_values: Oid,
+    pub(crate) max_items: Oid,
 }
 
 thread_local! {
@@ -77,7 +79,7 @@ unsafe extern "C-unwind" fn forget_functions(_argument: pg_sys::Datum, _cache: i
 
 /// Looks our functions up in the extension's own schema (never through search_path,
 /// where an analyst's function of the same name could stand first).
-fn functions() -> Functions {
+pub(crate) fn functions() -> Functions {
     if let Some(known) = FUNCTIONS.with(|f| *f.borrow()) {
         return known;
     }
@@ -122,6 +124,7 @@ fn functions() -> Functions {
         }
     };
     let known = Functions {
+        group_key: find("dp_group_key", &[pg_sys::ANYELEMENTOID]),
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
         score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
         numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),

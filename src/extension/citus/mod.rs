@@ -1,18 +1,22 @@
-//! Citus, until its distributed plans are metered: a DP aggregate runs only where the
-//! cluster's one budget sees it. Measured before (Citus 13 on PostgreSQL 15): a query
-//! grouped by the distribution column went whole to the workers, whose final functions
-//! charged their own ledgers, so a role with 0.5 left on the coordinator ran 99 grouped
-//! dp_quantile at ε = 1. So, in a database where Citus is installed:
+//! Citus: one budget for the cluster, the coordinator's.
+//!
+//! In a database where Citus is installed:
 //! - on a worker (`pg_dist_local_group.groupid` ≠ 0) every DP aggregate is refused: an
-//!   analyst who connects there, or a fragment a coordinator sends, would be charged to
-//!   the worker's own ledger;
-//! - on the coordinator a DP aggregate over a Citus table (`pg_dist_partition`:
-//!   distributed or reference) is refused, since Citus may push it to the workers;
-//!   DP aggregates over the coordinator's local tables run and are charged as anywhere.
+//!   analyst who connects there, or a fragment a coordinator sent, would be charged to the
+//!   worker's own ledger (measured under Citus 13: a query grouped by the distribution
+//!   column went whole to the workers, and a role with 0.5 left on the coordinator ran 99
+//!   grouped dp_quantile at ε = 1);
+//! - on the coordinator, a statement whose DP aggregates read Citus tables
+//!   (`pg_dist_partition`: distributed or reference) is planned so that the coordinator
+//!   finalizes them, and is metered there from its plan (coordinator.rs).
 //!
 //! The catalogs are read by name in pg_catalog, under the catalog snapshot, before
 //! Citus plans the query (pg_exp_mech's planner hook runs first when it is listed after
-//! citus in shared_preload_libraries, and refuses either way).
+//! citus in shared_preload_libraries).
+
+mod coordinator;
+
+pub use coordinator::prepare;
 
 use crate::error::Error;
 use crate::extension::raise;
@@ -40,15 +44,24 @@ pub fn installed() -> bool {
     unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) != pg_sys::InvalidOid }
 }
 
-/// Refuses `query`, which finalizes DP aggregates, where Citus would run them out of the
-/// one budget's sight.
+/// Whether `query` calls DP aggregates over Citus tables: then it is prepared for
+/// Citus's planner ([`prepare`]). On a worker, a query that calls DP aggregates is
+/// refused.
 ///
 /// # Safety
 /// `query` must be a valid Query being planned.
-pub unsafe fn refuse_distributed(query: *mut pg_sys::Query) {
+pub unsafe fn dp_over_citus_tables(query: *mut pg_sys::Query) -> bool {
     let Some(local_group) = citus_catalog(c"pg_dist_local_group") else {
-        return;
+        return false;
     };
+    let mut dp = false;
+    // SAFETY: the walker's context is `dp`; it reads Aggrefs and WindowFuncs.
+    unsafe {
+        pg_sys::query_tree_walker(query, Some(dp_walker), (&mut dp as *mut bool).cast(), 0);
+    }
+    if !dp {
+        return false;
+    }
     let mut worker = false;
     // SAFETY: a heap scan of Citus's one-row catalog; its first column is the int4
     // groupid (0 on the coordinator).
@@ -65,7 +78,7 @@ pub unsafe fn refuse_distributed(query: *mut pg_sys::Query) {
         });
     }
     let Some(partitions) = citus_catalog(c"pg_dist_partition") else {
-        return;
+        return false;
     };
     let mut found: Option<Oid> = None;
     let mut walk = (partitions, &mut found);
@@ -78,16 +91,33 @@ pub unsafe fn refuse_distributed(query: *mut pg_sys::Query) {
             pg_sys::QTW_EXAMINE_RTES_BEFORE as i32,
         );
     }
-    if let Some(table) = found {
-        // SAFETY: a catalog lookup of an existing relation.
-        let name = unsafe {
-            std::ffi::CStr::from_ptr(pg_sys::get_rel_name(table))
-                .to_string_lossy()
-                .into_owned()
+    found.is_some()
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn dp_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: the context is dp_over_citus_tables's flag; tags are checked before casts.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if is_a(node, NodeTag::T_Query) {
+            return pg_sys::query_tree_walker(node.cast(), Some(dp_walker), context, 0);
+        }
+        let function = if is_a(node, NodeTag::T_Aggref) {
+            Some((*(node as *mut pg_sys::Aggref)).aggfnoid)
+        } else if is_a(node, NodeTag::T_WindowFunc) {
+            Some((*(node as *mut pg_sys::WindowFunc)).winfnoid)
+        } else {
+            None
         };
-        raise(Error::Distributed {
-            reason: format!("differentially private aggregates over Citus table \"{name}\" are not supported yet: Citus may run them on the workers, whose charges the coordinator's budget does not see; aggregate a local table on the coordinator"),
-        });
+        if function
+            .is_some_and(|function| crate::extension::budget::dp_aggregate(function).is_some())
+        {
+            *(context as *mut bool) = true;
+            return true;
+        }
+        pg_sys::expression_tree_walker(node, Some(dp_walker), context)
     }
 }
 
@@ -96,7 +126,7 @@ unsafe extern "C-unwind" fn distributed_walker(
     node: *mut pg_sys::Node,
     context: *mut c_void,
 ) -> bool {
-    // SAFETY: the context is refuse_distributed's pair; nodes are cast after their tags
+    // SAFETY: the context is dp_over_citus_tables's pair; nodes are cast after their tags
     // are checked; pg_dist_partition is scanned by its first column, logicalrelid.
     unsafe {
         if node.is_null() {

@@ -1,0 +1,397 @@
+//! DP aggregates over Citus tables, finalized on the coordinator only.
+//!
+//! Before Citus plans a statement whose top level finalizes DP aggregates over Citus
+//! tables ([`prepare`]), and after ([`Prepared::finish`]):
+//! - Citus is told to ship rows, not states, for aggregates with an internal state
+//!   (`citus.allow_aggregate_worker_combine_on_internal_types`: its partial aggregation
+//!   checks argument types exactly, which our polymorphic forms fail), and not to route
+//!   the statement whole to one worker (`citus.enable_fast_path_router_planner`, and
+//!   `citus.enable_router_execution` where Citus can do without), for this planning only;
+//! - the bounds of privacy units (L, m, Δ0) become constants of the plan: the workers,
+//!   which bound each unit next to its rows when the table is distributed by its unit
+//!   column, would read their own settings, and the coordinator charges with its own;
+//! - each plain column in GROUP BY becomes `dp_group_key(column)`, an identity Citus does
+//!   not recognise as the distribution column, so it never pushes the grouping, and with
+//!   it the final functions, down to the workers;
+//! - after planning, each call of the statement's own level must be finalized by the
+//!   coordinator's plan (else it is refused; a call in a subquery may be planned apart,
+//!   when Citus plans the subquery as a statement of its own, through this hook), and
+//!   the parameters of each call the plan finalizes, which Citus pulls from the workers as columns, are
+//!   read from the statement again: the metering hook then charges the statement once,
+//!   on the coordinator's ledger, from the plan, as on a single server.
+//!
+//! A worker never finalizes a DP aggregate: its planner hook refuses every DP call
+//! (mod.rs), and a final function runs only in a node the metering hook metered. So
+//! there is no channel for an analyst to forge.
+
+use crate::error::Error;
+use crate::extension::arguments::is_same_on_every_row;
+use crate::extension::budget::dp_aggregate;
+use crate::extension::{guc, raise, versions};
+use pgrx::pg_sys::{self, NodeTag};
+use pgrx::prelude::*;
+use pgrx::{is_a, AnyElement, PgList};
+use std::ffi::{c_void, CStr};
+
+/// The settings Citus reads while it plans, and the values a DP statement needs.
+const SETTINGS: [(&CStr, &CStr); 2] = [
+    (
+        c"citus.allow_aggregate_worker_combine_on_internal_types",
+        c"off",
+    ),
+    (c"citus.enable_fast_path_router_planner", c"off"),
+];
+
+/// Off for a statement that finalizes DP calls itself and holds no other query: else
+/// Citus would route it whole to the one worker that holds its rows. Citus needs the
+/// router to plan the rest of a statement whose subqueries it planned apart (a view's
+/// query: planned through this hook as a statement of its own).
+const ROUTER: &CStr = c"citus.enable_router_execution";
+
+/// Parse locations that tag the top-level DP calls while Citus plans (below the SEEN
+/// mark of units/mod.rs, so no parsed call has one).
+const FIRST_TAG: i32 = -30_261_125;
+
+/// One top-level DP call: its tag and a copy of it as the statement wrote it.
+struct TaggedCall {
+    tag: i32,
+    original: *mut pg_sys::Aggref,
+    /// A call of the statement's own level, which the coordinator's plan must finalize
+    /// (one below may be planned apart, as a subplan of Citus, whose planning finishes it).
+    top: bool,
+    found: bool,
+}
+
+/// What [`prepare`] changed, to be finished once Citus has planned.
+pub struct Prepared {
+    calls: Vec<TaggedCall>,
+    settings_level: i32,
+}
+
+/// What a census of a statement's DP calls found: each call with the query level that
+/// holds it (0 for the statement's own), and the levels that finalize DP calls.
+#[derive(Default)]
+struct Census {
+    /// Whether the statement holds another query (a subquery, a WITH query, a sublink).
+    nested: bool,
+    levels: Vec<*mut pg_sys::Query>,
+    calls: Vec<(*mut pg_sys::Aggref, usize)>,
+    grouping: Vec<*mut pg_sys::Query>,
+}
+
+/// Prepares `query`, which finalizes DP aggregates over Citus tables, for Citus's
+/// planner (see the module's comment): the query to plan, and what to finish after.
+///
+/// # Safety
+/// `query` must be a rewritten query about to be planned, which the planner may modify.
+pub unsafe fn prepare(query: *mut pg_sys::Query) -> (*mut pg_sys::Query, Prepared) {
+    // SAFETY: as the caller guarantees; the copy replaces the query.
+    let query = unsafe { fix_unit_bounds(query) };
+    let mut census = Census {
+        levels: vec![query],
+        ..Census::default()
+    };
+    // SAFETY: the walker's context is the census; the query is valid.
+    unsafe {
+        pg_sys::query_tree_walker(
+            query,
+            Some(census_walker),
+            (&mut census as *mut Census).cast(),
+            0,
+        );
+    }
+    let mut calls = Vec::new();
+    for (number, &(aggref, depth)) in census.calls.iter().enumerate() {
+        let tag = FIRST_TAG - number as i32;
+        // SAFETY: an Aggref of the query; the copy lives in the planner's memory.
+        unsafe {
+            (*aggref).location = tag;
+            calls.push(TaggedCall {
+                tag,
+                original: pg_sys::copyObjectImpl(aggref.cast()).cast(),
+                top: depth == 0,
+                found: false,
+            });
+        }
+    }
+    for level in census.grouping {
+        // SAFETY: a level of the query.
+        unsafe { wrap_group_keys(level) };
+    }
+    // SAFETY: a new GUC nesting level, unwound by finish or by the transaction's abort.
+    let settings_level = unsafe { pg_sys::NewGUCNestLevel() };
+    let router = (!census.nested && calls.iter().any(|call| call.top)).then_some((ROUTER, c"off"));
+    for (name, value) in SETTINGS.into_iter().chain(router) {
+        // SAFETY: user-settable settings of Citus, set for this level only.
+        unsafe {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
+    }
+    (
+        query,
+        Prepared {
+            calls,
+            settings_level,
+        },
+    )
+}
+
+/// The bounds of privacy units as they are now.
+struct Bounds {
+    functions: [(pg_sys::Oid, i64); 3],
+}
+
+/// A copy of `query` whose calls of dp_max_groups_per_unit(), dp_max_values_per_unit()
+/// and dp_max_items_per_unit() are constants: what the coordinator charges for and what
+/// the workers filter with then agree, wherever Citus evaluates them.
+///
+/// # Safety
+/// `query` must be a valid Query.
+unsafe fn fix_unit_bounds(query: *mut pg_sys::Query) -> *mut pg_sys::Query {
+    let known = crate::extension::units::functions();
+    let mut bounds = Bounds {
+        functions: [
+            (known.max_groups, guc::max_groups_per_unit()),
+            (known.max_values, guc::max_values_per_unit()),
+            (known.max_items, guc::max_items_per_unit()),
+        ],
+    };
+    // SAFETY: the mutator's context is `bounds`.
+    unsafe { versions::mutate_query(query, bounds_mutator, (&mut bounds as *mut Bounds).cast()) }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn bounds_mutator(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> *mut pg_sys::Node {
+    // SAFETY: the context is fix_unit_bounds's Bounds; nodes are cast after their tags
+    // are checked.
+    unsafe {
+        if node.is_null() {
+            return node;
+        }
+        if is_a(node, NodeTag::T_Query) {
+            return versions::mutate_query(node.cast(), bounds_mutator, context).cast();
+        }
+        if is_a(node, NodeTag::T_FuncExpr) {
+            let function = (*(node as *mut pg_sys::FuncExpr)).funcid;
+            let bounds = &*(context as *mut Bounds);
+            if let Some(&(_, value)) = bounds.functions.iter().find(|(oid, _)| *oid == function) {
+                return pg_sys::makeConst(
+                    pg_sys::INT8OID,
+                    -1,
+                    pg_sys::InvalidOid,
+                    8,
+                    pg_sys::Datum::from(value),
+                    false,
+                    true,
+                )
+                .cast();
+            }
+        }
+        versions::mutate_children(node, bounds_mutator, context)
+    }
+}
+
+impl Prepared {
+    /// Restores Citus's settings, checks that the coordinator finalizes every call in
+    /// `planned`, and gives each its parameters as the statement wrote them.
+    ///
+    /// # Safety
+    /// `planned` must be the plan Citus made of the prepared query.
+    pub unsafe fn finish(mut self, planned: *mut pg_sys::PlannedStmt) {
+        // SAFETY: the level prepare opened, closed before anything else runs.
+        unsafe { pg_sys::AtEOXact_GUC(true, self.settings_level) };
+        // SAFETY: the plan tree Citus returned, walked where the coordinator runs it.
+        unsafe {
+            walk_plan((*planned).planTree, &mut self.calls);
+            for plan in PgList::<pg_sys::Plan>::from_pg((*planned).subplans).iter_ptr() {
+                walk_plan(plan, &mut self.calls);
+            }
+        }
+        // A generic plan of a prepared statement that Citus could not plan without the
+        // parameters' values: a scan that raises Citus's error if it ever runs (Citus
+        // prices it out of use, and PostgreSQL plans each execution with the values).
+        // SAFETY: the plan Citus returned has a plan tree; a CustomScan has its methods.
+        unsafe {
+            let tree = (*planned).planTree;
+            if is_a(tree.cast(), NodeTag::T_CustomScan) {
+                let methods = (*(tree as *mut pg_sys::CustomScan)).methods;
+                if !methods.is_null()
+                    && CStr::from_ptr((*methods).CustomName) == c"Citus Delayed Error"
+                {
+                    return;
+                }
+            }
+        }
+        if let Some(call) = self.calls.iter().find(|call| call.top && !call.found) {
+            // SAFETY: the copy made in prepare.
+            let name = dp_aggregate(unsafe { (*call.original).aggfnoid })
+                .map_or("a DP aggregate", |a| a.name);
+            raise(Error::Distributed {
+                reason: format!("Citus planned {name} to run on its workers, where no budget meters it; group by a column that is not the distribution column, or aggregate a local table"),
+            });
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: the context is prepare's Census; nodes are cast after their tags are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let census = &mut *(context as *mut Census);
+        if is_a(node, NodeTag::T_Query) {
+            census.nested = true;
+            census.levels.push(node.cast());
+            pg_sys::query_tree_walker(node.cast(), Some(census_walker), context, 0);
+            census.levels.pop();
+            return false;
+        }
+        if is_a(node, NodeTag::T_Aggref) {
+            let aggref = node as *mut pg_sys::Aggref;
+            if dp_aggregate((*aggref).aggfnoid).is_some() {
+                let depth = census.levels.len() - 1;
+                let level = census.levels[depth - (*aggref).agglevelsup as usize];
+                census.calls.push((aggref, depth));
+                if !census.grouping.contains(&level) {
+                    census.grouping.push(level);
+                }
+            }
+        }
+        pg_sys::expression_tree_walker(node, Some(census_walker), context)
+    }
+}
+
+/// Wraps each plain column of the top level's GROUP BY in dp_group_key: Citus pushes a
+/// grouping by the distribution column (and the aggregates with it) down to the
+/// workers, and an expression is not that column. The wrapped entry is the group's
+/// output; other references to the column read it from a row of the group, which has the
+/// same value.
+///
+/// # Safety
+/// `query` must be a valid Query.
+unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
+    // SAFETY: group clauses point into the target list by their sortgroupref.
+    unsafe {
+        let group_key = crate::extension::units::functions().group_key;
+        for clause in PgList::<pg_sys::SortGroupClause>::from_pg((*query).groupClause).iter_ptr() {
+            let entry = pg_sys::get_sortgroupclause_tle(clause, (*query).targetList);
+            let expression = (*entry).expr as *mut pg_sys::Node;
+            if !is_a(expression, NodeTag::T_Var) {
+                continue;
+            }
+            let collation = pg_sys::exprCollation(expression);
+            let wrapped = pg_sys::makeFuncExpr(
+                group_key,
+                pg_sys::exprType(expression),
+                pg_sys::lappend(std::ptr::null_mut(), expression.cast()),
+                collation,
+                collation,
+                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+            );
+            (*entry).expr = wrapped.cast();
+        }
+    }
+}
+
+/// Finds the tagged calls in the coordinator's plan below `plan`.
+///
+/// # Safety
+/// `plan` must be NULL or a node of a finished plan.
+unsafe fn walk_plan(plan: *mut pg_sys::Plan, calls: &mut Vec<TaggedCall>) {
+    // SAFETY: nodes are cast after their tags are checked.
+    unsafe {
+        if plan.is_null() {
+            return;
+        }
+        for list in [(*plan).targetlist, (*plan).qual] {
+            pg_sys::expression_tree_walker(
+                list.cast(),
+                Some(restore_parameters),
+                (calls as *mut Vec<TaggedCall>).cast(),
+            );
+        }
+        walk_plan((*plan).lefttree, calls);
+        walk_plan((*plan).righttree, calls);
+        let children = if is_a(plan.cast(), NodeTag::T_Append) {
+            (*(plan as *mut pg_sys::Append)).appendplans
+        } else if is_a(plan.cast(), NodeTag::T_MergeAppend) {
+            (*(plan as *mut pg_sys::MergeAppend)).mergeplans
+        } else if is_a(plan.cast(), NodeTag::T_SubqueryScan) {
+            walk_plan((*(plan as *mut pg_sys::SubqueryScan)).subplan, calls);
+            std::ptr::null_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        for child in PgList::<pg_sys::Plan>::from_pg(children).iter_ptr() {
+            walk_plan(child, calls);
+        }
+    }
+}
+
+/// A tagged call of ours in the coordinator's plan: its parameters (arguments the same on
+/// every row) become the statement's expressions again, in place of the columns Citus
+/// pulled for them; its location becomes the planner hook's mark.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn restore_parameters(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: the context is walk_plan's list; nodes are cast after their tags are
+    // checked; the originals are prepare's copies.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        if is_a(node, NodeTag::T_Aggref) {
+            let aggref = node as *mut pg_sys::Aggref;
+            let calls = &mut *(context as *mut Vec<TaggedCall>);
+            if let Some(call) = calls.iter_mut().find(|call| {
+                call.tag == (*aggref).location && (*call.original).aggfnoid == (*aggref).aggfnoid
+            }) {
+                let originals = PgList::<pg_sys::TargetEntry>::from_pg((*call.original).args);
+                let arguments = PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args);
+                if originals.len() == arguments.len() {
+                    for (original, argument) in originals.iter_ptr().zip(arguments.iter_ptr()) {
+                        let expression = (*original).expr as *mut pg_sys::Node;
+                        if is_same_on_every_row(expression) {
+                            (*argument).expr = pg_sys::copyObjectImpl(expression.cast()).cast();
+                        }
+                    }
+                    call.found = true;
+                }
+                (*aggref).location = crate::extension::units::SEEN;
+            }
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(restore_parameters), context)
+    }
+}
+
+/// The identity, written into plans over Citus tables in place of a grouping column.
+#[pg_extern(immutable, parallel_safe)]
+fn dp_group_key(key: Option<AnyElement>) -> Option<AnyElement> {
+    key
+}
+
+pgrx::extension_sql!(
+    r#"
+COMMENT ON FUNCTION dp_group_key(anyelement) IS
+  'The identity. Written by pg_exp_mech into plans over Citus tables in place of a grouping column, so that Citus groups (and finalizes DP aggregates) on the coordinator, never on the workers.';
+"#,
+    name = "dp_group_key_comment",
+    requires = [dp_group_key]
+);
