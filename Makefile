@@ -1,5 +1,5 @@
 # The two commands (see README.md). Both install what is missing and can be re-run.
-.PHONY: demo test bench bench-versions accuracy
+.PHONY: demo test bench bench-citus bench-versions accuracy
 
 demo:
 	bash scripts/demo.sh
@@ -10,6 +10,10 @@ test:
 # Speed against PostgreSQL's own aggregates, OpenDP and diffprivlib (README: Performance).
 bench:
 	bash scripts/bench.sh
+
+# One server against a Citus cluster of 2 workers, PostgreSQL 18 (README: Scale-out with Citus).
+bench-citus:
+	bash scripts/bench_citus.sh
 
 # Two builds side by side (README: Performance): make bench-versions OLD=<commit>
 bench-versions:

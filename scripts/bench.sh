@@ -2,7 +2,9 @@
 # The benchmark: `make bench`. Builds pg_exp_mech in release mode, starts a throwaway
 # cluster, generates the tables and measures (bench/bench.py) speed against PostgreSQL's
 # own aggregates on the same tables in the same run, and (bench/end_to_end.py) the same
-# questions answered by exporting the data to OpenDP and diffprivlib. Results in bench/out/.
+# questions answered by exporting the data to OpenDP and diffprivlib, and
+# (scripts/bench_citus.sh) one PostgreSQL 18 server against a Citus cluster. Results in
+# bench/out/.
 #
 # Sizes: BENCH_ROWS (10,000,000), BENCH_GROUPS (10,000), BENCH_RUNS (7); privacy units:
 # BENCH_UNIT_ROWS (BENCH_ROWS), BENCH_UNIT_PEOPLE (100,000), BENCH_UNIT_RUNS (3).
@@ -33,4 +35,5 @@ if [[ "${BENCH_ARGS:-}" == *--units-only* ]]; then
 fi
 say "end to end against OpenDP and diffprivlib"
 .venv/bin/python bench/end_to_end.py --dsn "$DSN" --out bench/out
-say "done: bench/out/performance.md, bench/out/performance_units.md, bench/out/end_to_end.md"
+bash scripts/bench_citus.sh
+say "done: bench/out/performance.md, bench/out/performance_units.md, bench/out/end_to_end.md, bench/out/citus.md"
