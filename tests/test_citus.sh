@@ -5,14 +5,17 @@
 # tables are finalized on the coordinator and charged there once, from its plan:
 # 1. the law: 2,000 draws per plan shape match exp(ε·S) (chi-square, 2 degrees of
 #    freedom, p > 1e-4) and reject the textbook exp(ε·S/2), or the rows' law where
-#    privacy units are declared;
-# 2. the plans: the coordinator aggregates, the workers' fragments hold no DP call; with
-#    a table distributed by its privacy unit, each unit is bounded on the worker that
-#    holds it; Adult and MovieLens, distributed, give the exact answers at a large ε;
+#    privacy units are declared; split quantiles match the same query on one server
+#    (two-sample chi-square) and tell half the epsilon apart;
+# 2. the plans: Citus splits the quantile aggregates (partial states on the workers,
+#    combined and finalized on the coordinator), ships rows for the selection ones
+#    (whose item type is polymorphic), and never finalizes on a worker; with a table
+#    distributed by its privacy unit, each unit is bounded on the worker that holds it;
+#    Adult and MovieLens, distributed, give the exact answers at a large ε;
 # 3. one budget: a role with 0.5 left runs one 0.4 query and is refused the second, in
 #    every plan shape, over TCP; no worker's ledger is charged;
-# 4. a worker refuses every DP aggregate, and the serial function never hands out a
-#    state, so nothing bypasses the coordinator.
+# 4. a worker refuses every DP aggregate, and a combine of partial states that the planner
+#    hook did not plan is refused, so nothing bypasses the coordinator.
 # Runs in the PostgreSQL 18 suite.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO"
@@ -93,6 +96,28 @@ BEGIN
     FOR r IN SELECT dp_argmax(choice, 1, 0.5) AS answer FROM unit_votes LOOP
       INSERT INTO draws VALUES ('units', '', r.answer);
     END LOOP;
+    -- Split by Citus: partial states on the workers; against a local copy.
+    FOR r IN SELECT dp_quantile(voter, 0.5, 0, 200, 0.1) AS answer FROM votes LOOP
+      INSERT INTO draws VALUES ('quantile', 'citus', r.answer);
+    END LOOP;
+    FOR r IN SELECT region, dp_quantile(voter, 0.5, 0, 200, 0.1) AS answer FROM votes WHERE region IN ('r1', 'r2') GROUP BY region LOOP
+      INSERT INTO draws VALUES ('quantile by region', 'citus ' || r.region, r.answer);
+    END LOOP;
+    FOR r IN SELECT voter, dp_quantile(ascii(choice), 0.5, 90, 110, 0.1) AS answer FROM votes WHERE voter > 100 GROUP BY voter LOOP
+      INSERT INTO draws VALUES ('quantile by voter', 'citus ' || r.voter, r.answer);
+    END LOOP;
+    FOR r IN SELECT dp_quantile(voter, 0.5, 0, 200, 0.1) AS answer FROM local_votes LOOP
+      INSERT INTO draws VALUES ('quantile', 'one server', r.answer);
+    END LOOP;
+    FOR r IN SELECT region, dp_quantile(voter, 0.5, 0, 200, 0.1) AS answer FROM local_votes WHERE region IN ('r1', 'r2') GROUP BY region LOOP
+      INSERT INTO draws VALUES ('quantile by region', 'one server ' || r.region, r.answer);
+    END LOOP;
+    FOR r IN SELECT voter, dp_quantile(ascii(choice), 0.5, 90, 110, 0.1) AS answer FROM local_votes WHERE voter > 100 GROUP BY voter LOOP
+      INSERT INTO draws VALUES ('quantile by voter', 'one server ' || r.voter, r.answer);
+    END LOOP;
+    FOR r IN SELECT dp_quantile(voter, 0.5, 0, 200, 0.05) AS answer FROM local_votes LOOP
+      INSERT INTO draws VALUES ('quantile', 'one server at half epsilon', r.answer);
+    END LOOP;
   END LOOP;
 END $$;
 SQL
@@ -129,12 +154,58 @@ for (shape, group), rows in sorted(groups.items()):
     print(f"  {shape} {group}: draws {[r[0] for r in rows]}, chi-square {right:.2f} (p {math.exp(-right / 2):.3f}), against the wrong law {wrong:.1f}: {verdict}")
 sys.exit(1 if failed else 0)
 ' || fail "a law differs under Citus"
+# The quantiles Citus splits, against the same query on a local copy: a two-sample
+# chi-square over 5 bins of the answers (at the pooled sample's quintiles), p > 1e-4; the
+# same test tells the local copy at half the epsilon apart (p < 1e-4).
+sql -F'|' -c "SELECT shape, grp, answer::int FROM draws WHERE shape LIKE 'quantile%'" | python3 -c '
+import bisect, math, sys
+from collections import defaultdict
+answers = defaultdict(list)
+for line in sys.stdin:
+    shape, group, answer = line.strip().split("|")
+    answers[(shape, group)].append(int(answer))
+def chi2_sf(x, df):
+    # P(chi2 > x): 1 - the regularized lower incomplete gamma function, by its series.
+    s, z = df / 2, x / 2
+    term = total = 1 / s
+    for n in range(1, 1000):
+        term *= z / (s + n)
+        total += term
+    return max(0.0, 1 - total * math.exp(-z + s * math.log(z) - math.lgamma(s))) if z > 0 else 1.0
+def p_value(a, b):
+    pooled = sorted(a + b)
+    edges = sorted(set(pooled[len(pooled) * q // 5] for q in range(1, 5)))
+    counts = [[0] * (len(edges) + 1) for _ in (a, b)]
+    for row, sample in zip(counts, (a, b)):
+        for answer in sample:
+            row[bisect.bisect_right(edges, answer)] += 1
+    total = [x + y for x, y in zip(*counts)]
+    x = sum((o - t * sum(row) / len(pooled)) ** 2 / (t * sum(row) / len(pooled))
+            for row in counts for o, t in zip(row, total) if t)
+    return chi2_sf(x, sum(1 for t in total if t) - 1), counts
+failed = False
+pairs = [(("quantile", "citus"), ("quantile", "one server"), True),
+         (("quantile", "one server at half epsilon"), ("quantile", "one server"), False)]
+pairs += [(("quantile by region", "citus " + g), ("quantile by region", "one server " + g), True) for g in ("r1", "r2")]
+pairs += [(("quantile by voter", "citus " + v), ("quantile by voter", "one server " + v), True) for v in ("101", "102")]
+for first, second, same in pairs:
+    assert len(answers[first]) == len(answers[second]) == 2000, (first, second)
+    p, counts = p_value(answers[first], answers[second])
+    ok = (p > 1e-4) == same
+    failed |= not ok
+    verdict = "ok" if ok else "FAIL"
+    print(f"  {first[0]}, {first[1]} {counts[0]} against {second[1]} {counts[1]}: p {p:.2g}: {verdict}")
+sys.exit(1 if failed else 0)
+' || fail "a quantile law differs under Citus"
 
 echo "2. the plans: the coordinator finalizes; units are bounded next to their rows"
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_argmax(choice, 1, 0.5) FROM votes GROUP BY voter")"
 assert_contains "$plan" "dp_argmax(remote_scan." "grouped by the distribution column: finalized on the coordinator"
 assert_contains "$plan" "SELECT public.dp_group_key(voter) AS voter" "the grouping is not pushed down"
 if grep -F "Query:" <<<"$plan" | grep -qF "dp_argmax("; then fail "a worker's fragment calls dp_argmax:\n$plan"; fi
+plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.5) FROM votes GROUP BY voter")"
+assert_contains "$(grep -F "Query:" <<<"$plan")" "pg_catalog.worker_binary_partial_agg('public.dp_quantile(" "a quantile's partial states on the workers"
+assert_contains "$plan" "coord_binary_combine_agg(" "combined and finalized on the coordinator"
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT dp_argmax(choice, 1, 0.5) FROM unit_votes")"
 assert_contains "$(grep -F "Query:" <<<"$plan")" "OVER (PARTITION BY unit_votes.person" "each unit bounded on its worker"
 assert_contains "$plan" "dp_argmax(remote_scan." "finalized on the coordinator"
@@ -163,14 +234,17 @@ shapes=(
     "SELECT (SELECT dp_argmax(choice, 1, 0.4) FROM votes)"
     "SELECT dp_argmax(choice, 1, 0.4) FROM unit_votes"
     "SELECT dp_argmax(page, 1, 0.4) FROM pages"
+    "SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.4) FROM votes GROUP BY voter"
+    "SELECT region, dp_quantiles(voter, ARRAY[0.25, 0.75], 0, 200, 0.4) FROM votes GROUP BY region"
+    "SELECT region, count(*) FROM votes GROUP BY region HAVING dp_partition(0.4, 1e-6)"
 )
 spent() { sql -c "SELECT epsilon_spent FROM dp_budget WHERE role = '$1'::regrole"; }
 for number in "${!shapes[@]}"; do
     role="analyst$number"
     sql -c "CREATE ROLE $role LOGIN PASSWORD 'analyst-password'" \
-        -c "GRANT SELECT ON votes, unit_votes, pages TO $role" -c "SELECT dp_budget_set('$role', 0.5)" >/dev/null
-    answer="$(sql_as "$role" analyst-password -v VERBOSITY=verbose -c "${shapes[$number]}" 2>&1 | head -1)"
-    [ -n "$answer" ] && ! grep -q ERROR <<<"$answer" || fail "${shapes[$number]}: no answer: $answer"
+        -c "GRANT SELECT ON votes, unit_votes, pages TO $role" -c "SELECT dp_budget_set('$role', 0.5, 1e-5)" >/dev/null
+    answer="$(sql_as "$role" analyst-password -v VERBOSITY=verbose -c "${shapes[$number]}" 2>&1)"
+    ! grep -q ERROR <<<"$answer" || fail "${shapes[$number]}: no answer: $answer"
     assert_eq "$(spent "$role")" "0.4" "${shapes[$number]}: charged once, on the coordinator"
     assert_contains "$(error_of sql_as "$role" analyst-password -v VERBOSITY=verbose -c "${shapes[$number]}")" \
         "53400: privacy budget of role \"$role\" exceeded" "${shapes[$number]}: the second 0.4"
@@ -208,14 +282,15 @@ for role in analyst0 postgres; do
 done
 assert_contains "$(error_of on_worker dp_only -d postgres -c "SELECT count(*) FROM $shard")" "42501: permission denied" \
     "a role that may not read the table cannot read its shards"
-# The serial function hands a state only to a partial aggregation of PostgreSQL's own, so
-# Citus's helpers never carry one to a home-made combine.
+# Citus's helpers give an analyst the partial state of rows the analyst may read, never a
+# final answer: only a combine that the planner hook planned, and so charged, finalizes.
+partial="worker_binary_partial_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, ROW(voter::float8, 0.5::float8, 0::float8, 200::float8, 1::float8))"
 assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbose -c \
-    "SELECT worker_binary_partial_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, ROW(1::float8, 0.5::float8, 0::float8, 10::float8, 1::float8))")" \
-    "can only be called as part of an aggregate" "no partial state for the analyst"
+    "SELECT coord_binary_combine_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, s, NULL::float8) FROM (SELECT $partial AS s FROM votes WHERE voter = 1) x")" \
+    "0A000: Citus's combine of dp_quantile in this plan was not planned by pg_exp_mech's planner hook" "a home-made combine"
 assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbose -c \
     "SELECT coord_binary_combine_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, NULL::bytea, NULL::float8)")" \
-    "could not meter" "no home-made final"
+    "0A000: Citus's combine of dp_quantile" "a home-made combine of nothing"
 # A SQL function that PostgreSQL inlines after the planner hook ran never answers: Citus
 # itself refuses this shape today; past it, the plan-start check would.
 sql -c "CREATE FUNCTION top_inlined() RETURNS TABLE(top text) LANGUAGE sql STABLE AS 'SELECT dp_argmax(choice, 1, 0.4) FROM votes'" >/dev/null

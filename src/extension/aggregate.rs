@@ -287,8 +287,8 @@ pub unsafe fn aggregate_memory(
 }
 
 /// A serialize function hands out the exact state: it must only run as the serial
-/// function of a partial aggregation, never as the final function of a home-made
-/// aggregate over our transition function.
+/// function of a partial aggregation (PostgreSQL's, or Citus's on a shard), never as the
+/// final function of a home-made aggregate over our transition function.
 ///
 /// # Safety
 /// `fcinfo` must be a valid call info.
@@ -300,7 +300,10 @@ pub unsafe fn require_serializing(fcinfo: pg_sys::FunctionCallInfo, function: &'
             && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
             && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_SERIALIZE != 0
     };
-    if !serializing {
+    // Citus's partial aggregation on a shard (citus/combine.rs): the state goes to the
+    // coordinator's combine, which only a plan this extension metered finalizes.
+    // SAFETY: as the caller guarantees.
+    if !serializing && !unsafe { crate::extension::citus::in_partial_aggregation(fcinfo) } {
         raise(Error::NotInAggregate { function });
     }
 }

@@ -436,25 +436,42 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
         let mut calls = NodeCalls::default();
         let mut numbers = HashSet::new();
         for aggref in PgList::<pg_sys::Aggref>::from_pg((*state).aggs).iter_ptr() {
-            let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) else {
-                continue;
+            // A DP call, or Citus's combine of one (its arguments registered by the
+            // planner hook: citus/combine.rs).
+            let (aggregate, combined) = match dp_aggregate((*aggref).aggfnoid) {
+                Some(aggregate) => (aggregate, None),
+                None => match crate::extension::citus::combined_call(aggref) {
+                    None => continue,
+                    Some(Ok((aggregate, expressions))) => (aggregate, Some(expressions)),
+                    Some(Err(name)) => raise(Error::NotMetered {
+                        reason: format!("Citus's combine of {name} in this plan was not planned by pg_exp_mech's planner hook, which charges for it"),
+                    }),
+                },
             };
             if !numbers.insert((*aggref).aggno) {
                 continue; // One state, one final call: one release.
             }
-            units::require_seen((*aggref).location, aggregate.name);
-            let source = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
-                partial_aggref(plan.cast(), aggref)
+            let expressions: Vec<*mut pg_sys::Expr> = if let Some(expressions) = combined {
+                expressions
             } else {
-                Some(aggref)
+                units::require_seen((*aggref).location, aggregate.name);
+                let source = if (*state).aggsplit & pg_sys::AGGSPLITOP_COMBINE != 0 {
+                    partial_aggref(plan.cast(), aggref)
+                } else {
+                    Some(aggref)
+                };
+                match source {
+                    Some(source) => PgList::<pg_sys::TargetEntry>::from_pg((*source).args)
+                        .iter_ptr()
+                        .map(|entry| (*entry).expr)
+                        .collect(),
+                    None => Vec::new(),
+                }
             };
-            let arity = PgList::<pg_sys::Oid>::from_pg((*aggref).aggargtypes).len();
-            let expressions: Vec<*mut pg_sys::Expr> = match source {
-                Some(source) => PgList::<pg_sys::TargetEntry>::from_pg((*source).args)
-                    .iter_ptr()
-                    .map(|entry| (*entry).expr)
-                    .collect(),
-                None => Vec::new(),
+            let arity = if expressions.is_empty() {
+                PgList::<pg_sys::Oid>::from_pg((*aggref).aggargtypes).len()
+            } else {
+                expressions.len()
             };
             let arguments: Rc<[Argument]> = if expressions.is_empty() {
                 vec![Argument::Unknown; arity].into()

@@ -2,9 +2,10 @@
 //!
 //! Before Citus plans a statement whose top level finalizes DP aggregates over Citus
 //! tables ([`prepare`]), and after ([`Prepared::finish`]):
-//! - Citus is told to ship rows, not states, for aggregates with an internal state
-//!   (`citus.allow_aggregate_worker_combine_on_internal_types`: its partial aggregation
-//!   checks argument types exactly, which our polymorphic forms fail), and not to route
+//! - Citus splits the aggregates into partial states on the workers and a combine on the
+//!   coordinator where it can (combine.rs: every DP call with fixed types), else ships
+//!   the rows (`citus.allow_aggregate_worker_combine_on_internal_types` off: its split
+//!   checks argument types exactly, which our polymorphic forms fail); it must not route
 //!   the statement whole to one worker (`citus.enable_fast_path_router_planner`, and
 //!   `citus.enable_router_execution` where Citus can do without), for this planning only;
 //! - the bounds of privacy units (L, m, Δ0) become constants of the plan: the workers,
@@ -24,6 +25,7 @@
 //! (mod.rs), and a final function runs only in a node the metering hook metered. So
 //! there is no channel for an analyst to forge.
 
+use super::combine;
 use crate::error::Error;
 use crate::extension::arguments::is_same_on_every_row;
 use crate::extension::budget::dp_aggregate;
@@ -33,14 +35,13 @@ use pgrx::prelude::*;
 use pgrx::{is_a, AnyElement, PgList};
 use std::ffi::{c_void, CStr};
 
-/// The settings Citus reads while it plans, and the values a DP statement needs.
-const SETTINGS: [(&CStr, &CStr); 2] = [
-    (
-        c"citus.allow_aggregate_worker_combine_on_internal_types",
-        c"off",
-    ),
-    (c"citus.enable_fast_path_router_planner", c"off"),
-];
+/// Citus splits an aggregate with an internal state into partial states on the workers
+/// (combine.rs) only if this is on: on when every DP call has fixed types, which Citus's
+/// split checks; else off, and Citus ships the rows to the coordinator.
+const SPLIT: &CStr = c"citus.allow_aggregate_worker_combine_on_internal_types";
+
+/// Off for every DP statement: the fast path routes a statement whole to one worker.
+const FAST_PATH: &CStr = c"citus.enable_fast_path_router_planner";
 
 /// Off for a statement that finalizes DP calls itself and holds no other query: else
 /// Citus would route it whole to the one worker that holds its rows. Citus needs the
@@ -120,8 +121,16 @@ pub unsafe fn prepare(query: *mut pg_sys::Query) -> (*mut pg_sys::Query, Prepare
     }
     // SAFETY: a new GUC nesting level, unwound by finish or by the transaction's abort.
     let settings_level = unsafe { pg_sys::NewGUCNestLevel() };
+    // SAFETY: the copies are of DP calls, whose aggregates exist.
+    let split = calls
+        .iter()
+        .all(|call| unsafe { combine::has_fixed_types((*call.original).aggfnoid) });
     let router = (!census.nested && calls.iter().any(|call| call.top)).then_some((ROUTER, c"off"));
-    for (name, value) in SETTINGS.into_iter().chain(router) {
+    let settings = [
+        (SPLIT, if split { c"on" } else { c"off" }),
+        (FAST_PATH, c"off"),
+    ];
+    for (name, value) in settings.into_iter().chain(router) {
         // SAFETY: user-settable settings of Citus, set for this level only.
         unsafe {
             pg_sys::set_config_option(
@@ -214,9 +223,30 @@ impl Prepared {
         unsafe { pg_sys::AtEOXact_GUC(true, self.settings_level) };
         // SAFETY: the plan tree Citus returned, walked where the coordinator runs it.
         unsafe {
-            walk_plan((*planned).planTree, &mut self.calls);
+            let mut walk = PlanWalk {
+                calls: &mut self.calls,
+                combines: Vec::new(),
+            };
+            walk_plan((*planned).planTree, &mut walk);
             for plan in PgList::<pg_sys::Plan>::from_pg((*planned).subplans).iter_ptr() {
-                walk_plan(plan, &mut self.calls);
+                walk_plan(plan, &mut walk);
+            }
+            // Citus builds its combines anew (no parse location to tell them apart), in
+            // the order of the statement's calls (target list, then HAVING): the n-th
+            // combine of an aggregate is its n-th call of the statement's level. A wrong
+            // match could only be refused: the final function checks that the rows'
+            // epsilon is the one charged.
+            let PlanWalk { calls, combines } = walk;
+            for combine in combines {
+                let call = calls.iter_mut().find(|call| {
+                    call.top && !call.found && combine::register(combine, call.original)
+                });
+                match call {
+                    Some(call) => call.found = true,
+                    None => raise(Error::Distributed {
+                        reason: "Citus combines a DP aggregate that pg_exp_mech cannot match with a call of the statement".into(),
+                    }),
+                }
             }
         }
         // A generic plan of a prepared statement that Citus could not plan without the
@@ -307,11 +337,18 @@ unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
     }
 }
 
-/// Finds the tagged calls in the coordinator's plan below `plan`.
+/// What a walk of the coordinator's plan finds.
+struct PlanWalk<'a> {
+    calls: &'a mut Vec<TaggedCall>,
+    /// Citus's combines of DP aggregates, in the plan's order.
+    combines: Vec<*mut pg_sys::Aggref>,
+}
+
+/// Finds the tagged calls, and Citus's combines, in the coordinator's plan below `plan`.
 ///
 /// # Safety
 /// `plan` must be NULL or a node of a finished plan.
-unsafe fn walk_plan(plan: *mut pg_sys::Plan, calls: &mut Vec<TaggedCall>) {
+unsafe fn walk_plan(plan: *mut pg_sys::Plan, walk: &mut PlanWalk) {
     // SAFETY: nodes are cast after their tags are checked.
     unsafe {
         if plan.is_null() {
@@ -321,36 +358,37 @@ unsafe fn walk_plan(plan: *mut pg_sys::Plan, calls: &mut Vec<TaggedCall>) {
             pg_sys::expression_tree_walker(
                 list.cast(),
                 Some(restore_parameters),
-                (calls as *mut Vec<TaggedCall>).cast(),
+                (walk as *mut PlanWalk).cast(),
             );
         }
-        walk_plan((*plan).lefttree, calls);
-        walk_plan((*plan).righttree, calls);
+        walk_plan((*plan).lefttree, walk);
+        walk_plan((*plan).righttree, walk);
         let children = if is_a(plan.cast(), NodeTag::T_Append) {
             (*(plan as *mut pg_sys::Append)).appendplans
         } else if is_a(plan.cast(), NodeTag::T_MergeAppend) {
             (*(plan as *mut pg_sys::MergeAppend)).mergeplans
         } else if is_a(plan.cast(), NodeTag::T_SubqueryScan) {
-            walk_plan((*(plan as *mut pg_sys::SubqueryScan)).subplan, calls);
+            walk_plan((*(plan as *mut pg_sys::SubqueryScan)).subplan, walk);
             std::ptr::null_mut()
         } else {
             std::ptr::null_mut()
         };
         for child in PgList::<pg_sys::Plan>::from_pg(children).iter_ptr() {
-            walk_plan(child, calls);
+            walk_plan(child, walk);
         }
     }
 }
 
 /// A tagged call of ours in the coordinator's plan: its parameters (arguments the same on
 /// every row) become the statement's expressions again, in place of the columns Citus
-/// pulled for them; its location becomes the planner hook's mark.
+/// pulled for them; its location becomes the planner hook's mark. Citus's combines are
+/// noted, to be matched with their calls.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn restore_parameters(
     node: *mut pg_sys::Node,
     context: *mut c_void,
 ) -> bool {
-    // SAFETY: the context is walk_plan's list; nodes are cast after their tags are
+    // SAFETY: the context is walk_plan's PlanWalk; nodes are cast after their tags are
     // checked; the originals are prepare's copies.
     unsafe {
         if node.is_null() {
@@ -358,8 +396,12 @@ unsafe extern "C-unwind" fn restore_parameters(
         }
         if is_a(node, NodeTag::T_Aggref) {
             let aggref = node as *mut pg_sys::Aggref;
-            let calls = &mut *(context as *mut Vec<TaggedCall>);
-            if let Some(call) = calls.iter_mut().find(|call| {
+            let walk = &mut *(context as *mut PlanWalk);
+            if combine::combined_function(aggref).is_some() {
+                walk.combines.push(aggref);
+                return false;
+            }
+            if let Some(call) = walk.calls.iter_mut().find(|call| {
                 call.tag == (*aggref).location && (*call.original).aggfnoid == (*aggref).aggfnoid
             }) {
                 let originals = PgList::<pg_sys::TargetEntry>::from_pg((*call.original).args);

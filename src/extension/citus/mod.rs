@@ -14,8 +14,10 @@
 //! Citus plans the query (pg_exp_mech's planner hook runs first when it is listed after
 //! citus in shared_preload_libraries).
 
+mod combine;
 mod coordinator;
 
+pub use combine::{combined_call, in_partial_aggregation};
 pub use coordinator::prepare;
 
 use crate::error::Error;
