@@ -31,6 +31,7 @@ pub extern "C-unwind" fn _PG_init() {
     extension::budget::install_barrier();
     extension::install_planner();
     extension::install_units();
+    extension::install_citus();
 }
 
 /// Required by `cargo pgrx test`.

@@ -201,7 +201,7 @@ sys.exit(1 if failed else 0)
 echo "2. the plans: the coordinator finalizes; units are bounded next to their rows"
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_argmax(choice, 1, 0.5) FROM votes GROUP BY voter")"
 assert_contains "$plan" "dp_argmax(remote_scan." "grouped by the distribution column: finalized on the coordinator"
-assert_contains "$plan" "SELECT public.dp_group_key(voter) AS voter" "the grouping is not pushed down"
+assert_contains "$plan" "SELECT public.dp_fragment(voter) AS voter" "the grouping is not pushed down"
 if grep -F "Query:" <<<"$plan" | grep -qF "dp_argmax("; then fail "a worker's fragment calls dp_argmax:\n$plan"; fi
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.5) FROM votes GROUP BY voter")"
 assert_contains "$(grep -F "Query:" <<<"$plan")" "pg_catalog.worker_binary_partial_agg('public.dp_quantile(" "a quantile's partial states on the workers"
@@ -265,13 +265,54 @@ answer="$(sql_as dp_only dp-only-password -c "SELECT top_choice()" 2>&1)"
 assert_eq "$(spent dp_only)" "0.4" "the caller is charged"
 assert_contains "$(error_of sql_as dp_only dp-only-password -v VERBOSITY=verbose -c "SELECT top_choice()")" \
     '53400: privacy budget of role "dp_only" exceeded' "its second call"
+# A correlated subquery that Citus pushes down whole, loops and all: the workers refuse
+# it, and nothing is charged.
+sql -c "CREATE ROLE looper LOGIN PASSWORD 'analyst-password'" -c "GRANT SELECT ON votes TO looper" \
+    -c "SELECT dp_budget_set('looper', 0.5)" >/dev/null
+assert_contains "$(error_of sql_as looper analyst-password -v VERBOSITY=verbose -c \
+    "SELECT v.voter, (SELECT dp_argmax(w.choice, 1, 0.4) FROM votes w WHERE w.voter = v.voter) FROM votes v")" \
+    "0A000: differentially private aggregates run on the Citus coordinator only" "a correlated subquery pushed down"
+assert_eq "$(spent looper)" "0" "the refused loop charged nothing"
 for worker in worker1 worker2; do
     port="$W1_PORT"; [ "$worker" = worker2 ] && port="$W2_PORT"
     assert_eq "$(cluster_psql "$TEST_ROOT/citus_$worker" "$port" -qAt -c "SELECT count(*) FROM dp_ledger WHERE kind = 'charge'")" "0" \
         "no charge on $worker's ledger"
 done
 
-echo "4. nothing runs around the coordinator"
+echo "4. nothing runs around the coordinator, and nothing depends on the rows"
+# Parameters are evaluated once, on the coordinator, before Citus plans: not on the
+# workers for each row, where an error would tell whether rows exist (the second red
+# team's findings: a crash, and an error only where rows matched).
+sql -c "CREATE ROLE prober LOGIN PASSWORD 'analyst-password'" -c "GRANT SELECT ON votes, local_votes TO prober" \
+    -c "SELECT dp_budget_set('prober', 100)" >/dev/null
+for expression in "length(normalize('abc'))::float8 / 10" "extract(epoch from make_interval(secs => 0.4))::float8" \
+    "current_setting('dp.eps')::float8"; do
+    for filter in "voter = 7" "voter = 7000"; do
+        out="$(sql_as prober analyst-password -v VERBOSITY=verbose -c "SET dp.eps = '0.4'" \
+            -c "SELECT dp_argmax(choice, 1, $expression) FROM votes WHERE $filter" 2>&1)" || fail "$expression where $filter: $out"
+    done
+done
+sql -c "SELECT dp_argmax(choice, 1, 0.4, 1, ARRAY['a', 'b', 'c'] COLLATE \"C\") FROM votes" >/dev/null || fail "candidates with a collation"
+# The workers' statistics do not count what a fragment of a DP statement reads (the
+# worker does not know the coordinator's budgets: it never counts such a fragment).
+counted() {
+    local total=0 worker port
+    sleep 1.5   # counters reach the shared statistics when a session goes idle
+    for worker in worker1 worker2; do
+        port="$W1_PORT"; [ "$worker" = worker2 ] && port="$W2_PORT"
+        total=$((total + $(cluster_psql "$TEST_ROOT/citus_$worker" "$port" -qAt -c "SET citus.override_table_visibility = off" \
+            -c "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_all_tables WHERE relname LIKE 'votes\_%'")))
+    done
+    echo "$total"
+}
+before="$(counted)"
+sql -c "SELECT dp_budget_set('dp_only', 10)" >/dev/null
+sql_as dp_only dp-only-password -c "SELECT top_choice()" >/dev/null
+sql_as prober analyst-password -c "SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.1) FROM votes GROUP BY voter" \
+    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE region = 'r1'" >/dev/null
+assert_eq "$(counted)" "$before" "the workers counted nothing of the DP statements"
+sql_as prober analyst-password -c "SELECT count(*) FROM votes" >/dev/null
+[ "$(counted)" -gt "$before" ] || fail "a plain count is counted (the check can fail)"
 on_worker() { PGPASSWORD=x "$(pg_bindir)/psql" -X -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -h 127.0.0.1 -p "$W1_PORT" -U "$@"; }
 shard="$(sql -c "SELECT shard_name FROM citus_shards WHERE table_name = 'votes'::regclass AND nodeport = $W1_PORT LIMIT 1")"
 for role in analyst0 postgres; do

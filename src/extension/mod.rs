@@ -20,6 +20,7 @@ mod top_k;
 mod units;
 mod versions;
 
+pub use citus::install as install_citus;
 pub use planner::install_planner;
 pub use units::install_units;
 

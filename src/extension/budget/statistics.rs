@@ -254,8 +254,12 @@ unsafe fn totals(query: *mut pg_sys::QueryDesc) -> Option<*mut pg_sys::Instrumen
 pub unsafe fn is_silenced(query: *mut pg_sys::QueryDesc) -> bool {
     // SAFETY: a query descriptor's planned statement, as the caller guarantees.
     unsafe {
-        (pg_sys::ParallelWorkerNumber >= 0 || holds_dp_aggregates((*query).plannedstmt))
-            && session_is_budgeted()
+        let statement = (*query).plannedstmt;
+        ((pg_sys::ParallelWorkerNumber >= 0 || holds_dp_aggregates(statement))
+            && session_is_budgeted())
+            // A fragment of a DP statement that Citus runs here (citus/fragments.rs),
+            // whoever runs it: this node does not know the coordinator's budgets.
+            || holds(statement, crate::extension::citus::calls_fragment_marker)
     }
 }
 
@@ -315,21 +319,39 @@ unsafe extern "C-unwind" fn stop_counting_indexes(
 /// # Safety
 /// `statement` must be NULL or a valid planned statement.
 pub unsafe fn holds_dp_aggregates(statement: *mut pg_sys::PlannedStmt) -> bool {
+    /// # Safety
+    /// `node` must be NULL or a valid expression tree.
+    unsafe fn calls(node: *mut pg_sys::Node) -> bool {
+        // SAFETY: as the caller guarantees.
+        unsafe { calls_dp_aggregate(node, std::ptr::null_mut()) }
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { holds(statement, calls) }
+}
+
+/// Whether an expression of a planned statement satisfies `calls` (subplans included).
+///
+/// # Safety
+/// `statement` must be NULL or a valid planned statement.
+unsafe fn holds(
+    statement: *mut pg_sys::PlannedStmt,
+    calls: unsafe fn(*mut pg_sys::Node) -> bool,
+) -> bool {
     // SAFETY: a planned statement's plan tree and subplans are Plan nodes.
     unsafe {
         if statement.is_null() {
             return false;
         }
-        plan_holds((*statement).planTree)
+        plan_holds((*statement).planTree, calls)
             || PgList::<pg_sys::Plan>::from_pg((*statement).subplans)
                 .iter_ptr()
-                .any(|plan| plan_holds(plan))
+                .any(|plan| plan_holds(plan, calls))
     }
 }
 
 /// # Safety
 /// `plan` must be NULL or a valid Plan.
-unsafe fn plan_holds(plan: *mut pg_sys::Plan) -> bool {
+unsafe fn plan_holds(plan: *mut pg_sys::Plan, calls: unsafe fn(*mut pg_sys::Node) -> bool) -> bool {
     // SAFETY: nodes are cast after their tags are checked; the lists hold Plans.
     unsafe {
         if plan.is_null() {
@@ -337,7 +359,7 @@ unsafe fn plan_holds(plan: *mut pg_sys::Plan) -> bool {
         }
         let mut found = false;
         for expressions in [(*plan).targetlist, (*plan).qual] {
-            found |= calls_dp_aggregate(expressions.cast(), std::ptr::null_mut());
+            found |= calls(expressions.cast());
         }
         let lists = if is_a(plan.cast(), NodeTag::T_Append) {
             vec![(*(plan as *mut pg_sys::Append)).appendplans]
@@ -358,13 +380,13 @@ unsafe fn plan_holds(plan: *mut pg_sys::Plan) -> bool {
             std::ptr::null_mut()
         };
         found
-            || plan_holds((*plan).lefttree)
-            || plan_holds((*plan).righttree)
-            || plan_holds(subquery)
+            || plan_holds((*plan).lefttree, calls)
+            || plan_holds((*plan).righttree, calls)
+            || plan_holds(subquery, calls)
             || lists.into_iter().any(|list| {
                 PgList::<pg_sys::Plan>::from_pg(list)
                     .iter_ptr()
-                    .any(|child| plan_holds(child))
+                    .any(|child| plan_holds(child, calls))
             })
     }
 }

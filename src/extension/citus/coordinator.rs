@@ -1,25 +1,28 @@
 //! DP aggregates over Citus tables, finalized on the coordinator only.
 //!
-//! Before Citus plans a statement whose top level finalizes DP aggregates over Citus
-//! tables ([`prepare`]), and after ([`Prepared::finish`]):
+//! Before Citus plans a statement whose DP aggregates read Citus tables ([`prepare`]),
+//! and after ([`Prepared::finish`]):
 //! - Citus splits the aggregates into partial states on the workers and a combine on the
 //!   coordinator where it can (combine.rs: every DP call with fixed types), else ships
 //!   the rows (`citus.allow_aggregate_worker_combine_on_internal_types` off: its split
 //!   checks argument types exactly, which our polymorphic forms fail); it must not route
 //!   the statement whole to one worker (`citus.enable_fast_path_router_planner`, and
 //!   `citus.enable_router_execution` where Citus can do without), for this planning only;
+//! - each call's parameters become constants, evaluated here once, and its row values are
+//!   marked for the workers' statistics (fragments.rs);
 //! - the bounds of privacy units (L, m, Δ0) become constants of the plan: the workers,
 //!   which bound each unit next to its rows when the table is distributed by its unit
 //!   column, would read their own settings, and the coordinator charges with its own;
-//! - each plain column in GROUP BY becomes `dp_group_key(column)`, an identity Citus does
-//!   not recognise as the distribution column, so it never pushes the grouping, and with
-//!   it the final functions, down to the workers;
+//! - each plain column in GROUP BY becomes `dp_fragment(column)` (fragments.rs), an
+//!   identity Citus does not take for the distribution column, so it never pushes the
+//!   grouping, and with it the final functions, down to the workers;
 //! - after planning, each call of the statement's own level must be finalized by the
 //!   coordinator's plan (else it is refused; a call in a subquery may be planned apart,
-//!   when Citus plans the subquery as a statement of its own, through this hook), and
-//!   the parameters of each call the plan finalizes, which Citus pulls from the workers as columns, are
-//!   read from the statement again: the metering hook then charges the statement once,
-//!   on the coordinator's ledger, from the plan, as on a single server.
+//!   when Citus plans the subquery as a statement of its own, through this hook); the
+//!   parameters of each call the plan finalizes, which Citus ships from the workers as
+//!   columns, are the statement's constants again, and each of Citus's combines gets its
+//!   call registered (combine.rs): the metering hook then charges the statement once, on
+//!   the coordinator's ledger, from the plan, as on a single server.
 //!
 //! A worker never finalizes a DP aggregate: its planner hook refuses every DP call
 //! (mod.rs), and a final function runs only in a node the metering hook metered. So
@@ -31,8 +34,7 @@ use crate::extension::arguments::is_same_on_every_row;
 use crate::extension::budget::dp_aggregate;
 use crate::extension::{guc, raise, versions};
 use pgrx::pg_sys::{self, NodeTag};
-use pgrx::prelude::*;
-use pgrx::{is_a, AnyElement, PgList};
+use pgrx::{is_a, PgList};
 use std::ffi::{c_void, CStr};
 
 /// Citus splits an aggregate with an internal state into partial states on the workers
@@ -85,7 +87,10 @@ struct Census {
 ///
 /// # Safety
 /// `query` must be a rewritten query about to be planned, which the planner may modify.
-pub unsafe fn prepare(query: *mut pg_sys::Query) -> (*mut pg_sys::Query, Prepared) {
+pub unsafe fn prepare(
+    query: *mut pg_sys::Query,
+    bound: pg_sys::ParamListInfo,
+) -> (*mut pg_sys::Query, Prepared) {
     // SAFETY: as the caller guarantees; the copy replaces the query.
     let query = unsafe { fix_unit_bounds(query) };
     let mut census = Census {
@@ -102,10 +107,12 @@ pub unsafe fn prepare(query: *mut pg_sys::Query) -> (*mut pg_sys::Query, Prepare
         );
     }
     let mut calls = Vec::new();
+    let marker = crate::extension::units::functions().fragment;
     for (number, &(aggref, depth)) in census.calls.iter().enumerate() {
         let tag = FIRST_TAG - number as i32;
         // SAFETY: an Aggref of the query; the copy lives in the planner's memory.
         unsafe {
+            super::fragments::fix_parameters(aggref, bound, marker);
             (*aggref).location = tag;
             calls.push(TaggedCall {
                 tag,
@@ -269,7 +276,7 @@ impl Prepared {
             let name = dp_aggregate(unsafe { (*call.original).aggfnoid })
                 .map_or("a DP aggregate", |a| a.name);
             raise(Error::Distributed {
-                reason: format!("Citus planned {name} to run on its workers, where no budget meters it; group by a column that is not the distribution column, or aggregate a local table"),
+                reason: format!("Citus planned {name} outside the coordinator's own plan (on its workers, or as a task of its own), where pg_exp_mech cannot meter it before it runs; group by a column that is not the distribution column, read the table directly rather than through a WITH query, or aggregate a local table"),
             });
         }
     }
@@ -293,8 +300,9 @@ unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut
         if is_a(node, NodeTag::T_Aggref) {
             let aggref = node as *mut pg_sys::Aggref;
             if dp_aggregate((*aggref).aggfnoid).is_some() {
-                let depth = census.levels.len() - 1;
-                let level = census.levels[depth - (*aggref).agglevelsup as usize];
+                // The level that finalizes the call (an outer one's, in a sublink).
+                let depth = census.levels.len() - 1 - (*aggref).agglevelsup as usize;
+                let level = census.levels[depth];
                 census.calls.push((aggref, depth));
                 if !census.grouping.contains(&level) {
                     census.grouping.push(level);
@@ -305,7 +313,7 @@ unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut
     }
 }
 
-/// Wraps each plain column of the top level's GROUP BY in dp_group_key: Citus pushes a
+/// Wraps each plain column of a level's GROUP BY in dp_fragment: Citus pushes a
 /// grouping by the distribution column (and the aggregates with it) down to the
 /// workers, and an expression is not that column. The wrapped entry is the group's
 /// output; other references to the column read it from a row of the group, which has the
@@ -316,7 +324,7 @@ unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut
 unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
     // SAFETY: group clauses point into the target list by their sortgroupref.
     unsafe {
-        let group_key = crate::extension::units::functions().group_key;
+        let group_key = crate::extension::units::functions().fragment;
         for clause in PgList::<pg_sys::SortGroupClause>::from_pg((*query).groupClause).iter_ptr() {
             let entry = pg_sys::get_sortgroupclause_tle(clause, (*query).targetList);
             let expression = (*entry).expr as *mut pg_sys::Node;
@@ -409,8 +417,9 @@ unsafe extern "C-unwind" fn restore_parameters(
                 if originals.len() == arguments.len() {
                     for (original, argument) in originals.iter_ptr().zip(arguments.iter_ptr()) {
                         let expression = (*original).expr as *mut pg_sys::Node;
-                        if is_same_on_every_row(expression) {
-                            (*argument).expr = pg_sys::copyObjectImpl(expression.cast()).cast();
+                        if is_same_on_every_row(expression) && !contains_columns(expression) {
+                            let copy = pg_sys::copyObjectImpl(expression.cast());
+                            (*argument).expr = pg_sys::expression_planner(copy.cast());
                         }
                     }
                     call.found = true;
@@ -423,17 +432,31 @@ unsafe extern "C-unwind" fn restore_parameters(
     }
 }
 
-/// The identity, written into plans over Citus tables in place of a grouping column.
-#[pg_extern(immutable, parallel_safe)]
-fn dp_group_key(key: Option<AnyElement>) -> Option<AnyElement> {
-    key
+/// Whether an expression reads a column of any query level (a correlated one included).
+///
+/// # Safety
+/// `node` must be a valid expression.
+unsafe fn contains_columns(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe { !pg_sys::pull_vars_of_level(node, 0).is_null() || contains_outer_columns(node) }
 }
 
-pgrx::extension_sql!(
-    r#"
-COMMENT ON FUNCTION dp_group_key(anyelement) IS
-  'The identity. Written by pg_exp_mech into plans over Citus tables in place of a grouping column, so that Citus groups (and finalizes DP aggregates) on the coordinator, never on the workers.';
-"#,
-    name = "dp_group_key_comment",
-    requires = [dp_group_key]
-);
+/// # Safety
+/// `node` must be a valid expression.
+unsafe fn contains_outer_columns(node: *mut pg_sys::Node) -> bool {
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+        // SAFETY: tags are checked before casts.
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            if is_a(node, NodeTag::T_Var) || is_a(node, NodeTag::T_PlaceHolderVar) {
+                return true;
+            }
+            pg_sys::expression_tree_walker(node, Some(walker), context)
+        }
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { walker(node, std::ptr::null_mut()) }
+}

@@ -16,9 +16,11 @@
 
 mod combine;
 mod coordinator;
+mod fragments;
 
 pub use combine::{combined_call, in_partial_aggregation};
 pub use coordinator::prepare;
+pub use fragments::{calls_fragment_marker, install, is_fragment};
 
 use crate::error::Error;
 use crate::extension::raise;

@@ -40,8 +40,8 @@ unsafe extern "C-unwind" fn plan_query(
     // scribble on (plancache hands it a copy); the previous hook takes the same arguments.
     unsafe {
         count_again();
-        // Over Citus tables the coordinator reads the parameters from the statement
-        // after Citus planned it (citus/coordinator.rs): they stay as written.
+        // Over Citus tables the coordinator evaluates the parameters once, before Citus
+        // plans (citus/fragments.rs).
         let distributed = citus::dp_over_citus_tables(parse);
         let dp = distributed || parameters::evaluate_once_per_loop(parse);
         // After the parameters became init-plans: the share of each group wraps them.
@@ -49,14 +49,16 @@ unsafe extern "C-unwind" fn plan_query(
             crate::extension::units::bound_by_units(parse);
         }
         let (parse, prepared) = if distributed {
-            let (parse, prepared) = citus::prepare(parse);
+            let (parse, prepared) = citus::prepare(parse, bound_parameters);
             (parse, Some(prepared))
         } else {
             (parse, None)
         };
         // Planning may read the data (the planner reads an index's extremes to estimate
         // a range): not counted for a budgeted role's DP statement (statistics.rs).
-        let _silence = (dp && session_is_budgeted()).then(|| Silence::begin(std::ptr::null_mut()));
+        // A fragment of a DP statement that Citus sends to a worker: not counted either.
+        let silenced = (dp && session_is_budgeted()) || citus::is_fragment(parse);
+        let _silence = silenced.then(|| Silence::begin(std::ptr::null_mut()));
         let planned = match PREVIOUS_PLANNER {
             Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
                 previous(parse, query_string, cursor_options, bound_parameters)

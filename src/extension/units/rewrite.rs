@@ -43,8 +43,9 @@ use std::ffi::{c_void, CString};
 /// The oids of the functions the bounded plan calls.
 #[derive(Clone, Copy)]
 pub(crate) struct Functions {
-    /// dp_group_key, which keeps Citus from grouping on the workers (citus/coordinator.rs).
-    pub(crate) group_key: Oid,
+    /// dp_fragment, around the row values Citus sends to the workers and the grouping
+    /// columns it must not take for the distribution column (citus/).
+    pub(crate) fragment: Oid,
     share: Oid,
     score: Oid,
     numeric_score: Oid,
@@ -124,7 +125,7 @@ pub(crate) fn functions() -> Functions {
         }
     };
     let known = Functions {
-        group_key: find("dp_group_key", &[pg_sys::ANYELEMENTOID]),
+        fragment: find("dp_fragment", &[pg_sys::ANYELEMENTOID]),
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
         score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
         numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),
