@@ -28,10 +28,11 @@ ensure_citus "$PG_CONFIG"
 # (Citus's rule): the workers trust 127.0.0.1, the coordinator asks for passwords.
 node() {
     local dir="$TEST_ROOT/citus_$1" port="$2" trusted="$3"
-    start_cluster "$dir" "$port" "shared_preload_libraries = 'citus, pg_exp_mech'" "max_connections = 80"
+    start_cluster "$dir" "$port" "shared_preload_libraries = 'citus, pg_exp_mech, pg_stat_statements'" "max_connections = 80"
     as_owner sed -i "1i host all $trusted 127.0.0.1/32 trust" "$dir/data/pg_hba.conf"
     as_owner "$(pg_bindir)/pg_ctl" -D "$dir/data" reload >/dev/null
-    cluster_psql "$dir" "$port" -qAt -c "CREATE EXTENSION citus" -c "CREATE EXTENSION pg_exp_mech" >/dev/null
+    cluster_psql "$dir" "$port" -qAt -c "CREATE EXTENSION citus" -c "CREATE EXTENSION pg_exp_mech" \
+        -c "CREATE EXTENSION pg_stat_statements" >/dev/null
 }
 COORDINATOR_PORT="$(free_port 57532)"; node coordinator "$COORDINATOR_PORT" postgres
 W1_PORT="$(free_port $((COORDINATOR_PORT + 1)))"; node worker1 "$W1_PORT" all
@@ -284,7 +285,7 @@ echo "4. nothing runs around the coordinator, and nothing depends on the rows"
 # workers for each row, where an error would tell whether rows exist (the second red
 # team's findings: a crash, and an error only where rows matched).
 sql -c "CREATE ROLE prober LOGIN PASSWORD 'analyst-password'" -c "GRANT SELECT ON votes, local_votes TO prober" \
-    -c "SELECT dp_budget_set('prober', 100)" >/dev/null
+    -c "SELECT dp_budget_set('prober', 100, 1e-3)" >/dev/null
 for expression in "length(normalize('abc'))::float8 / 10" "extract(epoch from make_interval(secs => 0.4))::float8" \
     "current_setting('dp.eps')::float8"; do
     for filter in "voter = 7" "voter = 7000"; do
@@ -301,18 +302,38 @@ counted() {
     for worker in worker1 worker2; do
         port="$W1_PORT"; [ "$worker" = worker2 ] && port="$W2_PORT"
         total=$((total + $(cluster_psql "$TEST_ROOT/citus_$worker" "$port" -qAt -c "SET citus.override_table_visibility = off" \
-            -c "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_all_tables WHERE relname LIKE 'votes\_%'")))
+            -c "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_all_tables WHERE relname ~ '^(votes|adult)_[0-9]+$'")))
     done
     echo "$total"
 }
+sql -c "GRANT SELECT ON adult TO prober" -c "CREATE INDEX ON adult (age)" >/dev/null
 before="$(counted)"
 sql -c "SELECT dp_budget_set('dp_only', 10)" >/dev/null
 sql_as dp_only dp-only-password -c "SELECT top_choice()" >/dev/null
 sql_as prober analyst-password -c "SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.1) FROM votes GROUP BY voter" \
-    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE region = 'r1'" >/dev/null
+    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE region = 'r1'" \
+    -c "SELECT dp_partition(0.1, 1e-6) FROM votes WHERE voter < 10" \
+    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE choice IN (SELECT lower(left(sex, 1)) FROM adult WHERE age = 39)" \
+    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE EXISTS (SELECT 1 FROM adult WHERE age = 17)" >/dev/null
+assert_contains "$(error_of sql_as prober analyst-password -v VERBOSITY=verbose -c "SET citus.enable_repartition_joins = on" \
+    -c "SELECT dp_argmax(a.choice, 1, 0.1) FROM votes a JOIN votes b ON a.region = b.choice")" \
+    "the query contains a join that requires repartitioning" "a join Citus would repartition (its fragments carry no marker)"
 assert_eq "$(counted)" "$before" "the workers counted nothing of the DP statements"
 sql_as prober analyst-password -c "SELECT count(*) FROM votes" >/dev/null
 [ "$(counted)" -gt "$before" ] || fail "a plain count is counted (the check can fail)"
+# dp_fragment is public: it silences only reads, never a statement that writes (whose
+# counts autovacuum needs).
+sql -c "CREATE TABLE mine AS SELECT x FROM generate_series(1, 100) x" -c "GRANT ALL ON mine TO prober" >/dev/null
+sql_as prober analyst-password -c "DELETE FROM mine WHERE dp_fragment(x) <= 60" >/dev/null
+sleep 1.5
+assert_eq "$(sql -c "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'mine'")" "60" "a DELETE through dp_fragment is counted"
+# pg_stat_statements on a worker: a fragment's rows (the rows it shipped) are not kept.
+fragment_rows() {
+    cluster_psql "$TEST_ROOT/citus_worker1" "$W1_PORT" -qAt -c \
+        "SELECT coalesce(sum(rows), 0) FROM pg_stat_statements WHERE query LIKE '%$1%' AND query NOT LIKE '%pg_stat_statements%'"
+}
+assert_eq "$(fragment_rows dp_fragment)" "0" "the workers' pg_stat_statements keep no row count of a DP fragment"
+[ "$(fragment_rows 'count(')" -gt 0 ] || fail "a plain count's rows are kept (the check can fail)"
 on_worker() { PGPASSWORD=x "$(pg_bindir)/psql" -X -qAt -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -h 127.0.0.1 -p "$W1_PORT" -U "$@"; }
 shard="$(sql -c "SELECT shard_name FROM citus_shards WHERE table_name = 'votes'::regclass AND nodeport = $W1_PORT LIMIT 1")"
 for role in analyst0 postgres; do
@@ -332,6 +353,25 @@ assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbos
 assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbose -c \
     "SELECT coord_binary_combine_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, NULL::bytea, NULL::float8)")" \
     "0A000: Citus's combine of dp_quantile" "a home-made combine of nothing"
+# A combine as a window function ran our deserial function on the analyst's bytes (a
+# crafted item image crashed the server, the second red team): only a combine the
+# planner hook planned, or PostgreSQL's own, may deserialize.
+for aggregate in "dp_quantile(float8, float8, float8, float8, float8)|NULL::float8|dp_quantile_deserialize" \
+    "dp_argmax(anyelement, float8, float8)|NULL::text|dp_item_scores_deserialize"; do
+    IFS='|' read -r signature result function <<<"$aggregate"
+    assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbose -c \
+        "SELECT coord_binary_combine_agg('$signature'::regprocedure, s, $result) OVER () FROM (VALUES ('\\x00'::bytea)) x(s)")" \
+        "0A000: $function (the deserial function of a partial aggregation's combine) can only be called as part of an aggregate" \
+        "a combine used as a window function"
+done
+# Citus's combines carry no trace of their calls: two calls of one aggregate with
+# different parameters are refused before they run (they were matched in order, which a
+# window's ORDER BY changed, and the mismatch failed only where rows existed).
+for filter in "voter = 7" "voter = 7000"; do
+    assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbose -c \
+        "SELECT dp_quantile(voter, 0.5, 0, 100, 0.1), rank() OVER (ORDER BY dp_quantile(voter, 0.5, 0, 100, 0.2)) FROM votes WHERE $filter")" \
+        "0A000: over Citus tables, the calls of dp_quantile in one statement must have the same parameters" "where $filter"
+done
 # A SQL function that PostgreSQL inlines after the planner hook ran never answers: Citus
 # itself refuses this shape today; past it, the plan-start check would.
 sql -c "CREATE FUNCTION top_inlined() RETURNS TABLE(top text) LANGUAGE sql STABLE AS 'SELECT dp_argmax(choice, 1, 0.4) FROM votes'" >/dev/null

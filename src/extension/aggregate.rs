@@ -60,6 +60,7 @@ pub trait State: Sized {
     const TRANSITION: &'static str;
     const COMBINE: &'static str;
     const SERIALIZE: &'static str;
+    const DESERIALIZE: &'static str;
 
     /// The parameters of `form` from `source`; None when one of them depends on the rows.
     fn read(form: &Form, source: &impl Source) -> Option<Self::Arguments>;
@@ -263,8 +264,27 @@ pub unsafe fn serialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, state: Inter
     }
 }
 
-/// Deserialize function: rebuilds a state, in the current memory context.
-pub fn deserialize<S: State>(bytes: &[u8]) -> Internal {
+/// Deserialize function: rebuilds a state, in the current memory context. Only bytes
+/// that our serial function wrote reach it: the combine of a PostgreSQL partial
+/// aggregation, or a Citus combine the planner hook planned (citus/combine.rs), never
+/// bytes an analyst hands to Citus's helpers.
+///
+/// # Safety
+/// `fcinfo` must be the call info of this family's deserialize function.
+pub unsafe fn deserialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u8]) -> Internal {
+    // SAFETY: the context is read only after its tag says it is an AggState.
+    let combining = unsafe {
+        let context = (*fcinfo).context;
+        (!context.is_null()
+            && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
+            && (*(context as *mut pg_sys::AggState)).aggsplit & pg_sys::AGGSPLITOP_DESERIALIZE != 0)
+            || crate::extension::citus::in_planned_combine(fcinfo)
+    };
+    if !combining {
+        raise(Error::NotInAggregate {
+            function: S::DESERIALIZE,
+        });
+    }
     // SAFETY: the current memory context is where PostgreSQL expects the result.
     let memory = unsafe { pg_sys::CurrentMemoryContext };
     Internal::new(S::from_bytes(bytes, memory))

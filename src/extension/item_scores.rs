@@ -185,6 +185,8 @@ impl State for ItemScores {
     const COMBINE: &'static str = "dp_item_scores_combine";
     const SERIALIZE: &'static str =
         "dp_item_scores_serialize (the serial function of a partial aggregation)";
+    const DESERIALIZE: &'static str =
+        "dp_item_scores_deserialize (the deserial function of a partial aggregation's combine)";
 
     #[inline]
     fn read(form: &Form, source: &impl aggregate::Source) -> Option<RowArguments> {
@@ -344,7 +346,12 @@ impl State for ItemScores {
             .zip(&serialized.scores)
             .zip(&serialized.lengths)
         {
-            let image = &serialized.images.0[offset..offset + length as usize];
+            let image = serialized
+                .images
+                .0
+                .get(offset..offset + length as usize)
+                .filter(|image| item_type.is_image(image))
+                .expect("a state written by dp_item_scores_serialize: an item's image");
             offset += length as usize;
             // SAFETY: `memory` is the current memory context, live for the whole call.
             let item =
@@ -410,6 +417,11 @@ fn dp_item_scores_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -
 }
 
 #[pg_extern(parallel_safe, strict)]
-fn dp_item_scores_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    aggregate::deserialize::<ItemScores>(bytes)
+fn dp_item_scores_deserialize(
+    bytes: &[u8],
+    _unused: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    // SAFETY: PostgreSQL calls it as their deserialize function (and it checks that).
+    unsafe { aggregate::deserialize::<ItemScores>(fcinfo, bytes) }
 }

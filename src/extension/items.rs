@@ -254,6 +254,30 @@ impl ItemType {
 
     /// An item rebuilt from the bytes [`ItemType::write_image`] wrote, in the current
     /// memory context.
+    /// Whether `bytes` can be the image of a value of this type, as [`ItemType::image`]
+    /// writes it: a fixed-length value has its length; a varlena is inline and
+    /// uncompressed, with the length its header says (never a pointer to elsewhere); a C
+    /// string ends at its one NUL.
+    pub fn is_image(&self, bytes: &[u8]) -> bool {
+        match self.length {
+            _ if self.by_value => bytes.len() == std::mem::size_of::<usize>(),
+            -1 => match bytes.first() {
+                // A 1-byte header (low bit set): 0x01 alone marks an external pointer.
+                Some(&first) if first & 0x01 == 0x01 => {
+                    first != 0x01 && (first >> 1) as usize == bytes.len()
+                }
+                // A 4-byte header: low bits 00 uncompressed (10 is compressed).
+                Some(&first) if first & 0x03 == 0x00 && bytes.len() >= 4 => {
+                    let header = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                    (header >> 2) as usize == bytes.len()
+                }
+                _ => false,
+            },
+            -2 => bytes.last() == Some(&0) && !bytes[..bytes.len() - 1].contains(&0),
+            length => length > 0 && bytes.len() == length as usize,
+        }
+    }
+
     pub fn restore(&self, bytes: &[u8]) -> Datum {
         if self.by_value {
             let mut word = [0u8; std::mem::size_of::<usize>()];
@@ -342,5 +366,38 @@ pub unsafe fn array_elements(
         (0..count as usize)
             .map(|i| (!*nulls.add(i)).then(|| *values.add(i)))
             .collect()
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::ItemType;
+    use pgrx::pg_sys;
+    use pgrx::prelude::*;
+
+    /// A state's item images come from our serial function only, but are checked anyway:
+    /// a varlena must be inline, uncompressed and as long as its header says (a crafted
+    /// indirect pointer crashed a server when a Citus combine deserialized it).
+    #[pg_test]
+    fn item_images_are_checked() {
+        let text = ItemType::lookup(pg_sys::TEXTOID, pg_sys::DEFAULT_COLLATION_OID).unwrap();
+        let short = [(4u8 << 1) | 1, b'a', b'b', b'c'];
+        assert!(text.is_image(&short));
+        let long = [((7u32) << 2).to_le_bytes().as_slice(), b"abc"].concat();
+        assert!(text.is_image(&long));
+        let mut indirect = vec![0x01, 0x01];
+        indirect.extend_from_slice(&0x4141_4141_4141_4141u64.to_le_bytes());
+        assert!(!text.is_image(&indirect), "an external pointer");
+        assert!(!text.is_image(&short[..3]), "shorter than its header");
+        let compressed = [((7u32 << 2) | 2).to_le_bytes().as_slice(), b"abc"].concat();
+        assert!(!text.is_image(&compressed), "compressed");
+        assert!(!text.is_image(&[]));
+        let integer = ItemType::lookup(pg_sys::INT4OID, pg_sys::InvalidOid).unwrap();
+        assert!(integer.is_image(&[0; std::mem::size_of::<usize>()]));
+        assert!(!integer.is_image(&[0; 3]));
+        let uuid = ItemType::lookup(pg_sys::UUIDOID, pg_sys::InvalidOid).unwrap();
+        assert!(uuid.is_image(&[0; 16]));
+        assert!(!uuid.is_image(&[0; 15]));
     }
 }

@@ -174,6 +174,8 @@ impl State for QuantileState {
     const COMBINE: &'static str = "dp_quantile_combine";
     const SERIALIZE: &'static str =
         "dp_quantile_serialize (the serial function of a partial aggregation)";
+    const DESERIALIZE: &'static str =
+        "dp_quantile_deserialize (the deserial function of a partial aggregation's combine)";
 
     #[inline]
     fn read(form: &Form, source: &impl Source) -> Option<QuantileArguments> {
@@ -490,8 +492,13 @@ fn dp_quantile_serialize(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> V
 }
 
 #[pg_extern(parallel_safe, strict)]
-fn dp_quantile_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    aggregate::deserialize::<QuantileState>(bytes)
+fn dp_quantile_deserialize(
+    bytes: &[u8],
+    _unused: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    // SAFETY: PostgreSQL calls it as their deserialize function (and it checks that).
+    unsafe { aggregate::deserialize::<QuantileState>(fcinfo, bytes) }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

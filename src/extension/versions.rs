@@ -358,3 +358,22 @@ unsafe fn nulling_joins(
         }
     }
 }
+
+/// Hides the rows a statement processed from pg_stat_statements, which reads them at the
+/// statement's end: PostgreSQL 17 added `es_total_processed`, summed over the runs, which
+/// pg_stat_statements reads from then on (the portal still reads the run's
+/// `es_processed`). Citus, the only user, needs 16 or later: nothing to hide on 15.
+///
+/// # Safety
+/// `estate` must be NULL or the state of a query that just ran.
+pub unsafe fn hide_rows_processed(estate: *mut pg_sys::EState) {
+    #[cfg(not(feature = "pg15"))]
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        if !estate.is_null() {
+            (*estate).es_total_processed = 0;
+        }
+    }
+    #[cfg(feature = "pg15")]
+    let _ = estate;
+}

@@ -72,7 +72,12 @@ unsafe fn silenced_run(query: *mut pg_sys::QueryDesc, run: &mut dyn FnMut()) {
             stop_counting_relations(query);
             silence
         });
-        run()
+        run();
+        // A fragment of a DP statement that Citus runs here: its row count would reach
+        // pg_stat_statements' rows at its end.
+        if is_fragment((*query).plannedstmt) {
+            crate::extension::versions::hide_rows_processed((*query).estate);
+        }
     }
 }
 
@@ -259,7 +264,7 @@ pub unsafe fn is_silenced(query: *mut pg_sys::QueryDesc) -> bool {
             && session_is_budgeted())
             // A fragment of a DP statement that Citus runs here (citus/fragments.rs),
             // whoever runs it: this node does not know the coordinator's budgets.
-            || holds(statement, crate::extension::citus::calls_fragment_marker)
+            || is_fragment(statement)
     }
 }
 
@@ -311,6 +316,23 @@ unsafe extern "C-unwind" fn stop_counting_indexes(
             pg_sys::pgstat_init_relation(index);
         }
         pg_sys::planstate_tree_walker(node, Some(stop_counting_indexes), context)
+    }
+}
+
+/// Whether a planned statement is a fragment of a DP statement over Citus tables: a
+/// read-only plan that calls dp_fragment, where Citus is installed (a statement that
+/// writes is always counted: autovacuum needs its counts).
+///
+/// # Safety
+/// `statement` must be NULL or a valid planned statement.
+unsafe fn is_fragment(statement: *mut pg_sys::PlannedStmt) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        !statement.is_null()
+            && (*statement).commandType == pg_sys::CmdType::CMD_SELECT
+            && !(*statement).hasModifyingCTE
+            && holds(statement, crate::extension::citus::calls_fragment_marker)
+            && crate::extension::citus::installed()
     }
 }
 

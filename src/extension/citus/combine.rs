@@ -168,6 +168,23 @@ pub unsafe fn combined_call(
     }
 }
 
+/// Whether the aggregate running `fcinfo` is a Citus combine that the planner hook
+/// planned and registered: our deserial function may then read the bytes (a worker's
+/// serial function wrote them), never bytes an analyst handed to Citus's helpers.
+///
+/// # Safety
+/// `fcinfo` must be a valid call info.
+pub unsafe fn in_planned_combine(fcinfo: pg_sys::FunctionCallInfo) -> bool {
+    // SAFETY: AggGetAggref reads the call info (NULL outside an aggregation node, in a
+    // window node for one); the Aggref it returns is live.
+    unsafe {
+        let aggref = pg_sys::AggGetAggref(fcinfo);
+        !aggref.is_null()
+            && combined_aggregate(aggref).is_some()
+            && REGISTRY.with(|registry| registry.borrow().calls.contains_key(&(*aggref).location))
+    }
+}
+
 /// Whether the aggregate running `fcinfo` is Citus's worker_binary_partial_agg: the serial
 /// function then hands the state to Citus, which sends it to the coordinator's combine.
 ///

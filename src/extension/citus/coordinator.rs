@@ -45,6 +45,10 @@ const SPLIT: &CStr = c"citus.allow_aggregate_worker_combine_on_internal_types";
 /// Off for every DP statement: the fast path routes a statement whole to one worker.
 const FAST_PATH: &CStr = c"citus.enable_fast_path_router_planner";
 
+/// Off for every DP statement: a repartition job's fragments read the rows of a join's
+/// sides as queries of Citus's own, which no marker reaches (fragments.rs).
+const REPARTITION: &CStr = c"citus.enable_repartition_joins";
+
 /// Off for a statement that finalizes DP calls itself and holds no other query: else
 /// Citus would route it whole to the one worker that holds its rows. Citus needs the
 /// router to plan the rest of a statement whose subqueries it planned apart (a view's
@@ -77,6 +81,8 @@ pub struct Prepared {
 struct Census {
     /// Whether the statement holds another query (a subquery, a WITH query, a sublink).
     nested: bool,
+    /// Every query of the statement, its own first.
+    all: Vec<*mut pg_sys::Query>,
     levels: Vec<*mut pg_sys::Query>,
     calls: Vec<(*mut pg_sys::Aggref, usize)>,
     grouping: Vec<*mut pg_sys::Query>,
@@ -95,6 +101,7 @@ pub unsafe fn prepare(
     let query = unsafe { fix_unit_bounds(query) };
     let mut census = Census {
         levels: vec![query],
+        all: vec![query],
         ..Census::default()
     };
     // SAFETY: the walker's context is the census; the query is valid.
@@ -122,10 +129,20 @@ pub unsafe fn prepare(
             });
         }
     }
+    let others: Vec<_> = census
+        .all
+        .iter()
+        .copied()
+        .filter(|level| !census.grouping.contains(level))
+        .collect();
+    // SAFETY: levels of the query.
+    unsafe { super::fragments::mark_levels(&others, marker) };
     for level in census.grouping {
         // SAFETY: a level of the query.
         unsafe { wrap_group_keys(level) };
     }
+    // SAFETY: the copies of the calls, made above.
+    unsafe { refuse_ambiguous_combines(&calls) };
     // SAFETY: a new GUC nesting level, unwound by finish or by the transaction's abort.
     let settings_level = unsafe { pg_sys::NewGUCNestLevel() };
     // SAFETY: the copies are of DP calls, whose aggregates exist.
@@ -136,6 +153,7 @@ pub unsafe fn prepare(
     let settings = [
         (SPLIT, if split { c"on" } else { c"off" }),
         (FAST_PATH, c"off"),
+        (REPARTITION, c"off"),
     ];
     for (name, value) in settings.into_iter().chain(router) {
         // SAFETY: user-settable settings of Citus, set for this level only.
@@ -292,6 +310,7 @@ unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut
         let census = &mut *(context as *mut Census);
         if is_a(node, NodeTag::T_Query) {
             census.nested = true;
+            census.all.push(node.cast());
             census.levels.push(node.cast());
             pg_sys::query_tree_walker(node.cast(), Some(census_walker), context, 0);
             census.levels.pop();
@@ -341,6 +360,47 @@ unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
                 pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
             );
             (*entry).expr = wrapped.cast();
+        }
+    }
+}
+
+/// Refuses two calls at the statement's level of one aggregate with different
+/// parameters, when Citus would split them: its combines carry no trace of their calls,
+/// and are matched with them in order (finish), which the planner may change (a window's
+/// ORDER BY over one of them). With equal parameters any match is right: each state
+/// carries its own rows.
+///
+/// # Safety
+/// `calls` must hold the copies prepare made.
+unsafe fn refuse_ambiguous_combines(calls: &[TaggedCall]) {
+    // SAFETY: the copies are Aggrefs whose arguments are TargetEntries.
+    unsafe {
+        let parameters = |call: &TaggedCall| -> Vec<*mut pg_sys::Node> {
+            PgList::<pg_sys::TargetEntry>::from_pg((*call.original).args)
+                .iter_ptr()
+                .map(|entry| (*entry).expr.cast::<pg_sys::Node>())
+                .filter(|&expression| is_a(expression, NodeTag::T_Const))
+                .collect()
+        };
+        let top: Vec<&TaggedCall> = calls.iter().filter(|call| call.top).collect();
+        for (i, first) in top.iter().enumerate() {
+            for second in &top[i + 1..] {
+                let function = (*first.original).aggfnoid;
+                if function != (*second.original).aggfnoid || !combine::has_fixed_types(function) {
+                    continue;
+                }
+                let (a, b) = (parameters(first), parameters(second));
+                let same = a.len() == b.len()
+                    && a.iter()
+                        .zip(&b)
+                        .all(|(&x, &y)| pg_sys::equal(x.cast(), y.cast()));
+                if !same {
+                    let name = dp_aggregate(function).map_or("a DP aggregate", |a| a.name);
+                    raise(Error::Distributed {
+                        reason: format!("over Citus tables, the calls of {name} in one statement must have the same parameters (Citus combines them without telling them apart): run them in separate statements, or use dp_quantiles for several alphas"),
+                    });
+                }
+            }
         }
     }
 }

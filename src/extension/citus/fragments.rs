@@ -65,8 +65,8 @@ fn is_marker(function: Oid) -> bool {
     marker
 }
 
-/// Whether a query (or any query inside it) calls dp_fragment: a fragment that Citus
-/// sends to a worker, planned there.
+/// Whether a query (or any query inside it) calls dp_fragment and only reads: a fragment
+/// that Citus sends to a worker, planned there (where Citus is installed).
 ///
 /// # Safety
 /// `query` must be a valid Query.
@@ -90,7 +90,12 @@ pub unsafe fn is_fragment(query: *mut pg_sys::Query) -> bool {
         }
     }
     // SAFETY: as the caller guarantees.
-    unsafe { pg_sys::query_tree_walker(query, Some(walker), std::ptr::null_mut(), 0) }
+    unsafe {
+        (*query).commandType == pg_sys::CmdType::CMD_SELECT
+            && !(*query).hasModifyingCTE
+            && pg_sys::query_tree_walker(query, Some(walker), std::ptr::null_mut(), 0)
+            && super::installed()
+    }
 }
 
 /// Whether an expression tree calls dp_fragment (a walker over plan expressions).
@@ -117,8 +122,9 @@ pub unsafe fn calls_fragment_marker(node: *mut pg_sys::Node) -> bool {
     unsafe { walker(node, std::ptr::null_mut()) }
 }
 
-/// Evaluates the parameters of the DP call `aggref` on the coordinator, and marks its
-/// row values (see the module's comment).
+/// Evaluates the parameters of the DP call `aggref` on the coordinator, and marks the
+/// fragments that read its rows: its FILTER gains `AND dp_fragment(true)` (volatile, so
+/// never folded away), which every fragment of the call evaluates, split or shipped.
 ///
 /// # Safety
 /// `aggref` must be an Aggref of a query being planned; `bound` NULL or the statement's
@@ -128,25 +134,78 @@ pub unsafe fn fix_parameters(
     bound: pg_sys::ParamListInfo,
     marker: Oid,
 ) {
-    // SAFETY: an Aggref's arguments are TargetEntries.
+    // SAFETY: an Aggref's arguments are TargetEntries; its filter a boolean expression.
     unsafe {
         for entry in PgList::<pg_sys::TargetEntry>::from_pg((*aggref).args).iter_ptr() {
             let expression = (*entry).expr;
-            (*entry).expr = if is_parameter(expression.cast()) {
-                fixed(expression, bound)
-            } else {
-                let collation = pg_sys::exprCollation(expression.cast());
-                pg_sys::makeFuncExpr(
-                    marker,
-                    pg_sys::exprType(expression.cast()),
-                    pg_sys::lappend(std::ptr::null_mut(), expression.cast()),
-                    collation,
-                    collation,
-                    pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-                )
-                .cast()
-            };
+            if is_parameter(expression.cast()) {
+                (*entry).expr = fixed(expression, bound);
+            }
         }
+        let mark = marked(marker, pg_sys::makeBoolConst(true, false).cast());
+        (*aggref).aggfilter = and(mark, (*aggref).aggfilter);
+    }
+}
+
+/// Marks the queries `levels` of a DP statement that call no DP aggregate themselves (a
+/// subquery or sublink Citus may plan and send to the workers as a statement of its
+/// own): each gains `AND dp_fragment(true)` in its WHERE, which leaves its rows, its
+/// columns and its grouping as they were (Citus still pushes it down where it could).
+///
+/// # Safety
+/// `levels` must be queries being planned.
+pub unsafe fn mark_levels(levels: &[*mut pg_sys::Query], marker: Oid) {
+    // SAFETY: a Query's jointree is a FromExpr whose quals are an expression or NULL.
+    unsafe {
+        // A query that writes is left as it is (Citus checks what it writes); a set
+        // operation has no WHERE of its own (each branch is marked).
+        for &level in levels.iter().filter(|&&level| {
+            (*level).commandType == pg_sys::CmdType::CMD_SELECT
+                && (*level).setOperations.is_null()
+                && !(*level).jointree.is_null()
+        }) {
+            let mark = marked(marker, pg_sys::makeBoolConst(true, false).cast());
+            let jointree = (*level).jointree;
+            (*jointree).quals = and(mark, (*jointree).quals.cast()).cast();
+        }
+    }
+}
+
+/// `mark AND other` (`mark` alone when `other` is NULL).
+///
+/// # Safety
+/// Both must be boolean expressions, `other` possibly NULL.
+unsafe fn and(mark: *mut pg_sys::Expr, other: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        if other.is_null() {
+            return mark;
+        }
+        let both = pg_sys::lappend(
+            pg_sys::lappend(std::ptr::null_mut(), other.cast()),
+            mark.cast(),
+        );
+        pg_sys::makeBoolExpr(pg_sys::BoolExprType::AND_EXPR, both, -1).cast()
+    }
+}
+
+/// `dp_fragment(expression)`.
+///
+/// # Safety
+/// `expression` must be a valid expression.
+pub unsafe fn marked(marker: Oid, expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let collation = pg_sys::exprCollation(expression.cast());
+        pg_sys::makeFuncExpr(
+            marker,
+            pg_sys::exprType(expression.cast()),
+            pg_sys::lappend(std::ptr::null_mut(), expression.cast()),
+            collation,
+            collation,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        )
+        .cast()
     }
 }
 
@@ -321,11 +380,11 @@ unsafe fn copy_datum(value: pg_sys::Datum, length: i16) -> pg_sys::Datum {
     }
 }
 
-/// The identity, written by pg_exp_mech around the row values of a DP call over Citus
-/// tables and the plain columns of its GROUP BY: a plan that calls it belongs to a DP
-/// statement, and is not counted; Citus does not take a grouping by it for one by the
-/// distribution column.
-#[pg_extern(immutable, parallel_safe)]
+/// The identity, written by pg_exp_mech into DP statements over Citus tables (in each
+/// call's FILTER, around grouping columns, in the WHERE of other levels): a read-only
+/// plan that calls it belongs to a DP statement, and is not counted; Citus does not take
+/// a grouping by it for one by the distribution column. VOLATILE: never folded away.
+#[pg_extern(volatile, parallel_safe)]
 fn dp_fragment(value: Option<AnyElement>) -> Option<AnyElement> {
     value
 }
@@ -333,7 +392,7 @@ fn dp_fragment(value: Option<AnyElement>) -> Option<AnyElement> {
 pgrx::extension_sql!(
     r#"
 COMMENT ON FUNCTION dp_fragment(anyelement) IS
-  'The identity. Written by pg_exp_mech around the row values and grouping columns of a DP aggregate over Citus tables: a plan that calls it is not counted in statistics, and Citus does not push its grouping down to the workers.';
+  'The identity. Written by pg_exp_mech into DP statements over Citus tables (in each call''s FILTER, around grouping columns, in the WHERE of other query levels): a read-only plan that calls it is not counted in statistics where Citus is installed, and Citus does not push its grouping down to the workers.';
 "#,
     name = "dp_fragment_comment",
     requires = [dp_fragment]
