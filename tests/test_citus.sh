@@ -282,7 +282,7 @@ done
 
 echo "4. nothing runs around the coordinator, and nothing depends on the rows"
 # Parameters are evaluated once, on the coordinator, before Citus plans: not on the
-# workers for each row, where an error would tell whether rows exist (the second red
+# workers for each row, where an error would tell whether rows exist (the first Citus red
 # team's findings: a crash, and an error only where rows matched).
 sql -c "CREATE ROLE prober LOGIN PASSWORD 'analyst-password'" -c "GRANT SELECT ON votes, local_votes TO prober" \
     -c "SELECT dp_budget_set('prober', 100, 1e-3)" >/dev/null
@@ -354,7 +354,7 @@ assert_contains "$(error_of sql_as analyst0 analyst-password -v VERBOSITY=verbos
     "SELECT coord_binary_combine_agg('dp_quantile(float8, float8, float8, float8, float8)'::regprocedure, NULL::bytea, NULL::float8)")" \
     "0A000: Citus's combine of dp_quantile" "a home-made combine of nothing"
 # A combine as a window function ran our deserial function on the analyst's bytes (a
-# crafted item image crashed the server, the second red team): only a combine the
+# crafted item image crashed the server, the second Citus red team): only a combine the
 # planner hook planned, or PostgreSQL's own, may deserialize.
 for aggregate in "dp_quantile(float8, float8, float8, float8, float8)|NULL::float8|dp_quantile_deserialize" \
     "dp_argmax(anyelement, float8, float8)|NULL::text|dp_item_scores_deserialize"; do
