@@ -202,7 +202,7 @@ sys.exit(1 if failed else 0)
 echo "2. the plans: the coordinator finalizes; units are bounded next to their rows"
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_argmax(choice, 1, 0.5) FROM votes GROUP BY voter")"
 assert_contains "$plan" "dp_argmax(remote_scan." "grouped by the distribution column: finalized on the coordinator"
-assert_contains "$plan" "SELECT public.dp_fragment(voter) AS voter" "the grouping is not pushed down"
+assert_contains "$plan" "SELECT COALESCE(voter, voter) AS voter" "the grouping is not pushed down"
 if grep -F "Query:" <<<"$plan" | grep -qF "dp_argmax("; then fail "a worker's fragment calls dp_argmax:\n$plan"; fi
 plan="$(sql -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT voter, dp_quantile(voter, 0.5, 0, 200, 0.5) FROM votes GROUP BY voter")"
 assert_contains "$(grep -F "Query:" <<<"$plan")" "pg_catalog.worker_binary_partial_agg('public.dp_quantile(" "a quantile's partial states on the workers"
@@ -324,9 +324,41 @@ sql_as prober analyst-password -c "SELECT count(*) FROM votes" >/dev/null
 # dp_fragment is public: it silences only reads, never a statement that writes (whose
 # counts autovacuum needs).
 sql -c "CREATE TABLE mine AS SELECT x FROM generate_series(1, 100) x" -c "GRANT ALL ON mine TO prober" >/dev/null
-sql_as prober analyst-password -c "DELETE FROM mine WHERE dp_fragment(x) <= 60" >/dev/null
+sql_as prober analyst-password -c "DELETE FROM mine WHERE dp_fragment(x <= 60)" >/dev/null
 sleep 1.5
 assert_eq "$(sql -c "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'mine'")" "60" "a DELETE through dp_fragment is counted"
+# The calls of our functions that Citus sends to the workers as text resolve to ours,
+# whatever overloads a role that may create functions in their schema adds there (the
+# second Citus red team ran its own overload of a polymorphic marker on the workers, as
+# the owner of a SECURITY DEFINER function, with the rows).
+sql -c "GRANT CREATE ON SCHEMA public TO prober" >/dev/null
+assert_contains "$(error_of sql_as prober analyst-password -v VERBOSITY=verbose -c \
+    "CREATE FUNCTION public.dp_fragment(boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'")" "42723: " \
+    "the marker's one signature is taken"
+for signature in "dp_fragment(integer)|integer" "dp_fragment(text)|text" "dp_unit_of_null(integer)|bigint"; do
+    IFS='|' read -r function result <<<"$signature"
+    sql_as prober analyst-password -c "CREATE FUNCTION public.$function RETURNS $result LANGUAGE plpgsql AS
+        \$\$ BEGIN RAISE NOTICE 'overload ran'; RETURN NULL; END \$\$" >/dev/null
+done
+sql -c "GRANT SELECT ON unit_votes TO prober" >/dev/null
+out="$(sql_as prober analyst-password -c "SELECT voter, dp_argmax(choice, 1, 0.1) FROM votes GROUP BY voter" \
+    -c "SELECT dp_quantile(voter, 0.5, 0, 200, 0.1) FROM votes" -c "SELECT dp_argmax(choice, 1, 0.1) FROM unit_votes" 2>&1)"
+if grep -q "overload ran" <<<"$out"; then fail "an overload ran on a worker:\n$out"; fi
+sql -c "REVOKE CREATE ON SCHEMA public FROM prober" >/dev/null
+# A function of the rows that starts a distributed query from a worker is refused there,
+# even where the analyst allows nested execution: its fragments would be counted.
+sql_as prober analyst-password -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql AS
+    \$\$ BEGIN RETURN EXISTS (SELECT 1 FROM votes WHERE voter = \$1); END \$\$" >/dev/null 2>&1 || \
+    sql -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql AS
+    \$\$ BEGIN RETURN EXISTS (SELECT 1 FROM votes WHERE voter = \$1); END \$\$" >/dev/null
+# (Where privacy units are declared, as here, the planner refuses a function of the rows
+# unless its owner declares that it reads no table: declared here, untruly, to get past.)
+sql -c "ALTER FUNCTION public.nested(int) OWNER TO postgres" \
+    -c "SECURITY LABEL FOR pg_exp_mech ON FUNCTION public.nested(int) IS 'reads_no_tables'" >/dev/null
+assert_contains "$(error_of sql_as prober analyst-password -v VERBOSITY=verbose -c "SET citus.propagate_set_commands = 'local'" \
+    -c "BEGIN" -c "SET LOCAL citus.allow_nested_distributed_execution = on" \
+    -c "SELECT dp_argmax(choice, 1, 0.1) FROM votes WHERE voter < 20 AND nested(voter)")" \
+    "cannot execute a distributed query from a query on a shard" "nested execution from a fragment"
 # pg_stat_statements on a worker: a fragment's rows (the rows it shipped) are not kept.
 fragment_rows() {
     cluster_psql "$TEST_ROOT/citus_worker1" "$W1_PORT" -qAt -c \

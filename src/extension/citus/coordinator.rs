@@ -13,9 +13,9 @@
 //! - the bounds of privacy units (L, m, Δ0) become constants of the plan: the workers,
 //!   which bound each unit next to its rows when the table is distributed by its unit
 //!   column, would read their own settings, and the coordinator charges with its own;
-//! - each plain column in GROUP BY becomes `dp_fragment(column)` (fragments.rs), an
-//!   identity Citus does not take for the distribution column, so it never pushes the
-//!   grouping, and with it the final functions, down to the workers;
+//! - each plain column in GROUP BY becomes `COALESCE(column, column)`, which Citus does
+//!   not take for the distribution column, so it never pushes the grouping, and with it
+//!   the final functions, down to the workers;
 //! - after planning, each call of the statement's own level must be finalized by the
 //!   coordinator's plan (else it is refused; a call in a subquery may be planned apart,
 //!   when Citus plans the subquery as a statement of its own, through this hook); the
@@ -332,34 +332,38 @@ unsafe extern "C-unwind" fn census_walker(node: *mut pg_sys::Node, context: *mut
     }
 }
 
-/// Wraps each plain column of a level's GROUP BY in dp_fragment: Citus pushes a
-/// grouping by the distribution column (and the aggregates with it) down to the
-/// workers, and an expression is not that column. The wrapped entry is the group's
-/// output; other references to the column read it from a row of the group, which has the
-/// same value.
+/// Writes each plain column of a level's GROUP BY as `COALESCE(column, column)`, which is
+/// the column's value: Citus pushes a grouping by the distribution column (and the
+/// aggregates with it) down to the workers, and takes only a bare column for it (the
+/// planner folds a relabelling to the same type away, not this). The written entry is the
+/// group's output; other references to the column read it from a row of the group,
+/// which has the same value. No function call: Citus sends it to the workers as text,
+/// where an analyst's overload could answer a call.
 ///
 /// # Safety
 /// `query` must be a valid Query.
 unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
-    // SAFETY: group clauses point into the target list by their sortgroupref.
+    // SAFETY: group clauses point into the target list by their sortgroupref; nodes made
+    // with PostgreSQL's constructors.
     unsafe {
-        let group_key = crate::extension::units::functions().fragment;
         for clause in PgList::<pg_sys::SortGroupClause>::from_pg((*query).groupClause).iter_ptr() {
             let entry = pg_sys::get_sortgroupclause_tle(clause, (*query).targetList);
             let expression = (*entry).expr as *mut pg_sys::Node;
             if !is_a(expression, NodeTag::T_Var) {
                 continue;
             }
-            let collation = pg_sys::exprCollation(expression);
-            let wrapped = pg_sys::makeFuncExpr(
-                group_key,
-                pg_sys::exprType(expression),
+            let coalesce = pg_sys::palloc0(std::mem::size_of::<pg_sys::CoalesceExpr>())
+                as *mut pg_sys::CoalesceExpr;
+            (*coalesce).xpr.type_ = NodeTag::T_CoalesceExpr;
+            (*coalesce).coalescetype = pg_sys::exprType(expression);
+            (*coalesce).coalescecollid = pg_sys::exprCollation(expression);
+            let copy = pg_sys::copyObjectImpl(expression.cast()) as *mut pg_sys::Node;
+            (*coalesce).args = pg_sys::lappend(
                 pg_sys::lappend(std::ptr::null_mut(), expression.cast()),
-                collation,
-                collation,
-                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+                copy.cast(),
             );
-            (*entry).expr = wrapped.cast();
+            (*coalesce).location = -1;
+            (*entry).expr = coalesce.cast();
         }
     }
 }

@@ -16,7 +16,7 @@
 use crate::extension::units::charged_expression;
 use pgrx::pg_sys::{self, NodeTag, Oid};
 use pgrx::prelude::*;
-use pgrx::{is_a, AnyElement, PgList};
+use pgrx::{is_a, PgList};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -142,8 +142,7 @@ pub unsafe fn fix_parameters(
                 (*entry).expr = fixed(expression, bound);
             }
         }
-        let mark = marked(marker, pg_sys::makeBoolConst(true, false).cast());
-        (*aggref).aggfilter = and(mark, (*aggref).aggfilter);
+        (*aggref).aggfilter = and(mark(marker), (*aggref).aggfilter);
     }
 }
 
@@ -164,9 +163,8 @@ pub unsafe fn mark_levels(levels: &[*mut pg_sys::Query], marker: Oid) {
                 && (*level).setOperations.is_null()
                 && !(*level).jointree.is_null()
         }) {
-            let mark = marked(marker, pg_sys::makeBoolConst(true, false).cast());
             let jointree = (*level).jointree;
-            (*jointree).quals = and(mark, (*jointree).quals.cast()).cast();
+            (*jointree).quals = and(mark(marker), (*jointree).quals.cast()).cast();
         }
     }
 }
@@ -189,20 +187,20 @@ unsafe fn and(mark: *mut pg_sys::Expr, other: *mut pg_sys::Expr) -> *mut pg_sys:
     }
 }
 
-/// `dp_fragment(expression)`.
+/// `dp_fragment(true)`.
 ///
 /// # Safety
-/// `expression` must be a valid expression.
-pub unsafe fn marked(marker: Oid, expression: *mut pg_sys::Expr) -> *mut pg_sys::Expr {
-    // SAFETY: as the caller guarantees.
+/// A node constructor: call it where the planner's memory is current.
+unsafe fn mark(marker: Oid) -> *mut pg_sys::Expr {
+    // SAFETY: PostgreSQL's constructors.
     unsafe {
-        let collation = pg_sys::exprCollation(expression.cast());
+        let argument = pg_sys::makeBoolConst(true, false);
         pg_sys::makeFuncExpr(
             marker,
-            pg_sys::exprType(expression.cast()),
-            pg_sys::lappend(std::ptr::null_mut(), expression.cast()),
-            collation,
-            collation,
+            pg_sys::BOOLOID,
+            pg_sys::lappend(std::ptr::null_mut(), argument.cast()),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
             pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
         )
         .cast()
@@ -380,19 +378,21 @@ unsafe fn copy_datum(value: pg_sys::Datum, length: i16) -> pg_sys::Datum {
     }
 }
 
-/// The identity, written by pg_exp_mech into DP statements over Citus tables (in each
-/// call's FILTER, around grouping columns, in the WHERE of other levels): a read-only
-/// plan that calls it belongs to a DP statement, and is not counted; Citus does not take
-/// a grouping by it for one by the distribution column. VOLATILE: never folded away.
+/// The identity on booleans, written by pg_exp_mech into DP statements over Citus tables
+/// (`AND dp_fragment(true)` in each call's FILTER and in the WHERE of other levels): a
+/// read-only plan that calls it belongs to a DP statement, and is not counted. VOLATILE:
+/// never folded away. One fixed signature: Citus sends the call to the workers as text,
+/// and an analyst's overload of a polymorphic one in a schema they may write would be
+/// chosen there, and run with the rows.
 #[pg_extern(volatile, parallel_safe)]
-fn dp_fragment(value: Option<AnyElement>) -> Option<AnyElement> {
-    value
+fn dp_fragment(mark: bool) -> bool {
+    mark
 }
 
 pgrx::extension_sql!(
     r#"
-COMMENT ON FUNCTION dp_fragment(anyelement) IS
-  'The identity. Written by pg_exp_mech into DP statements over Citus tables (in each call''s FILTER, around grouping columns, in the WHERE of other query levels): a read-only plan that calls it is not counted in statistics where Citus is installed, and Citus does not push its grouping down to the workers.';
+COMMENT ON FUNCTION dp_fragment(boolean) IS
+  'The identity. Written by pg_exp_mech into DP statements over Citus tables (in each call''s FILTER and in the WHERE of other query levels): a read-only plan that calls it is not counted in statistics where Citus is installed.';
 "#,
     name = "dp_fragment_comment",
     requires = [dp_fragment]

@@ -5,7 +5,6 @@
 use crate::extension::guc;
 use crate::mechanisms::rng;
 use pgrx::prelude::*;
-use pgrx::AnyElement;
 use rand::{Rng, RngCore};
 use std::cell::Cell;
 use std::hash::Hasher;
@@ -123,17 +122,15 @@ fn dp_unit_priority() -> f64 {
     rng::with_generator(guc::seeding(), |rng| rng.random::<f64>())
 }
 
-/// NULL for a row with a unit; for a row whose unit is NULL, a number no other row has,
-/// so that it is a unit of its own.
+/// A number no other row has, for a row whose unit is NULL (the plan calls it only for
+/// those), so that it is a unit of its own. No argument: a call that Citus sends to a
+/// worker as text cannot resolve to an analyst's overload (citus/fragments.rs).
 #[pg_extern(volatile, parallel_restricted)]
-fn dp_unit_of_null(unit: Option<AnyElement>) -> Option<i64> {
-    match unit {
-        Some(_) => None,
-        None => Some(NULL_UNITS.with(|n| {
-            n.set(n.get() + 1);
-            n.get()
-        })),
-    }
+fn dp_unit_of_null() -> i64 {
+    NULL_UNITS.with(|n| {
+        n.set(n.get() + 1);
+        n.get()
+    })
 }
 
 /// L, as the running statement read it when it started.
@@ -166,8 +163,8 @@ COMMENT ON FUNCTION dp_unit_group_order(bigint, bigint) IS
   'The place of a (privacy unit, group) pair in its unit''s random order of groups (SipHash under the statement''s secret key); each unit keeps its first L groups. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_priority() IS
   'A uniform random priority (ChaCha20) that samples a privacy unit''s values. Written into plans by pg_exp_mech.';
-COMMENT ON FUNCTION dp_unit_of_null(anyelement) IS
-  'A number of its own for a row whose privacy unit is NULL (NULL otherwise). Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_of_null() IS
+  'A number of its own for a row whose privacy unit is NULL (the plan calls it for those rows only). Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_max_groups_per_unit() IS
   'L, the setting pg_exp_mech.max_groups_per_unit: groups of one GROUP BY each privacy unit contributes to.';
 COMMENT ON FUNCTION dp_max_values_per_unit() IS

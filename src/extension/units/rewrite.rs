@@ -43,8 +43,8 @@ use std::ffi::{c_void, CString};
 /// The oids of the functions the bounded plan calls.
 #[derive(Clone, Copy)]
 pub(crate) struct Functions {
-    /// dp_fragment, around the row values Citus sends to the workers and the grouping
-    /// columns it must not take for the distribution column (citus/).
+    /// dp_fragment, which marks the queries Citus sends to the workers for a DP
+    /// statement (citus/fragments.rs).
     pub(crate) fragment: Oid,
     share: Oid,
     score: Oid,
@@ -125,13 +125,13 @@ pub(crate) fn functions() -> Functions {
         }
     };
     let known = Functions {
-        fragment: find("dp_fragment", &[pg_sys::ANYELEMENTOID]),
+        fragment: find("dp_fragment", &[pg_sys::BOOLOID]),
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
         score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
         numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),
         group_order: find("dp_unit_group_order", &[pg_sys::INT8OID, pg_sys::INT8OID]),
         priority: find("dp_unit_priority", &[]),
-        of_null: find("dp_unit_of_null", &[pg_sys::ANYELEMENTOID]),
+        of_null: find("dp_unit_of_null", &[]),
         max_groups: find("dp_max_groups_per_unit", &[]),
         max_values: find("dp_max_values_per_unit", &[]),
         max_items: find("dp_max_items_per_unit", &[]),
@@ -946,7 +946,7 @@ unsafe fn arithmetic(
     unsafe { operation(operator, left, right, pg_sys::INT8OID) }
 }
 
-/// `CASE WHEN unit IS NULL THEN COALESCE(identity, of_null(unit)) END`.
+/// `CASE WHEN unit IS NULL THEN COALESCE(identity, of_null()) END`.
 unsafe fn when_null(
     unit: *mut pg_sys::Expr,
     of_null: Oid,
@@ -960,7 +960,7 @@ unsafe fn when_null(
         missing.location = -1;
         let mut when = PgBox::<pg_sys::CaseWhen>::alloc_node(NodeTag::T_CaseWhen);
         when.expr = missing.into_pg().cast();
-        let own = call(of_null, pg_sys::INT8OID, &[copy(unit)]);
+        let own = call(of_null, pg_sys::INT8OID, &[]);
         when.result = match identity {
             None => own,
             Some(identity) => {
