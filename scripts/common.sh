@@ -187,7 +187,13 @@ ensure_bench_venv() {
 # A TCP port nothing listens on, from $1 upwards.
 free_port() {
     local port="${1:-55432}"
-    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+    # Free: nothing listens there, and no socket uses it as its local port (an outgoing
+    # connection's ephemeral port, 32768-60999 on Linux, such as Citus's between nodes,
+    # would make the server's bind fail).
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
+        || [ -n "$(ss -Htan "( sport = :$port )" 2>/dev/null)" ]; do
+        port=$((port + 1))
+    done
     echo "$port"
 }
 

@@ -327,24 +327,47 @@ sql -c "CREATE TABLE mine AS SELECT x FROM generate_series(1, 100) x" -c "GRANT 
 sql_as prober analyst-password -c "DELETE FROM mine WHERE dp_fragment(x <= 60)" >/dev/null
 sleep 1.5
 assert_eq "$(sql -c "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'mine'")" "60" "a DELETE through dp_fragment is counted"
-# The calls of our functions that Citus sends to the workers as text resolve to ours,
-# whatever overloads a role that may create functions in their schema adds there (the
-# second Citus red team ran its own overload of a polymorphic marker on the workers, as
-# the owner of a SECURITY DEFINER function, with the rows).
-sql -c "GRANT CREATE ON SCHEMA public TO prober" >/dev/null
+# The calls Citus sends to the workers as text resolve to ours (the second and third
+# Citus red teams ran their own overloads there, with the rows, as the owner of a SECURITY
+# DEFINER function): ours have one fixed signature each, a function of one of their names
+# that is not ours refuses the statement before it is charged (it could make the call
+# ambiguous), and the bounding hashes a key of a polymorphic hash (an enum's) by its text.
+sql -c "GRANT CREATE ON SCHEMA public TO prober" -c "GRANT SELECT ON unit_votes TO prober" >/dev/null
 assert_contains "$(error_of sql_as prober analyst-password -v VERBOSITY=verbose -c \
     "CREATE FUNCTION public.dp_fragment(boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'")" "42723: " \
     "the marker's one signature is taken"
-for signature in "dp_fragment(integer)|integer" "dp_fragment(text)|text" "dp_unit_of_null(integer)|bigint"; do
+spent_before="$(spent prober)"
+for signature in "dp_fragment(m boolean, x integer DEFAULT 0)|boolean" "dp_unit_of_null(x integer DEFAULT 0)|bigint"; do
     IFS='|' read -r function result <<<"$signature"
     sql_as prober analyst-password -c "CREATE FUNCTION public.$function RETURNS $result LANGUAGE plpgsql AS
         \$\$ BEGIN RAISE NOTICE 'overload ran'; RETURN NULL; END \$\$" >/dev/null
+    assert_contains "$(error_of sql_as prober analyst-password -v VERBOSITY=verbose -c "SELECT dp_argmax(choice, 1, 0.1) FROM unit_votes")" \
+        "would stand for pg_exp_mech's own functions in the queries Citus sends to the workers" "$function"
+    sql_as prober analyst-password -c "DROP FUNCTION public.${function%%(*}(boolean, integer)" >/dev/null 2>&1 || \
+        sql_as prober analyst-password -c "DROP FUNCTION public.${function%%(*}(integer)" >/dev/null
 done
-sql -c "GRANT SELECT ON unit_votes TO prober" >/dev/null
-out="$(sql_as prober analyst-password -c "SELECT voter, dp_argmax(choice, 1, 0.1) FROM votes GROUP BY voter" \
-    -c "SELECT dp_quantile(voter, 0.5, 0, 200, 0.1) FROM votes" -c "SELECT dp_argmax(choice, 1, 0.1) FROM unit_votes" 2>&1)"
+assert_eq "$(spent prober)" "$spent_before" "refused before any charge"
+sql <<'SQL' >/dev/null
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE moods(person int, m mood);
+SELECT create_distributed_table('moods', 'person');
+SECURITY LABEL FOR pg_exp_mech ON COLUMN moods.person IS 'privacy_unit';
+INSERT INTO moods SELECT v % 10, (ARRAY['sad', 'ok', 'happy'])[1 + v % 3]::mood FROM generate_series(1, 60) v;
+CREATE FUNCTION top_moods() RETURNS text LANGUAGE plpgsql SECURITY DEFINER
+  AS $$ DECLARE r text; BEGIN SELECT dp_top_k_unknown_domain(m, 1, 1, 0.1, 1e-6)::text INTO r FROM moods; RETURN r; END $$;
+GRANT EXECUTE ON FUNCTION top_moods() TO prober;
+GRANT SELECT ON moods TO prober;
+SQL
+sql_as prober analyst-password -c "CREATE FUNCTION public.hashenumextended(v mood, seed bigint) RETURNS bigint LANGUAGE plpgsql AS
+    \$\$ BEGIN RAISE NOTICE 'overload ran'; RETURN pg_catalog.hashenumextended(v, seed); END \$\$" >/dev/null
+out="$(sql_as prober analyst-password -c "SELECT top_moods()" -c "SELECT m, dp_quantile(person, 0.5, 0, 10, 0.1) FROM moods GROUP BY m" \
+    -c "SELECT voter, dp_argmax(choice, 1, 0.1) FROM votes GROUP BY voter" -c "SELECT dp_argmax(choice, 1, 0.1) FROM unit_votes" 2>&1)"
 if grep -q "overload ran" <<<"$out"; then fail "an overload ran on a worker:\n$out"; fi
 sql -c "REVOKE CREATE ON SCHEMA public FROM prober" >/dev/null
+# Other references to a grouping column read the group's key, as on one server.
+out="$(sql_as prober analyst-password -c "SELECT voter::text || '!', dp_quantile(voter, 0.5, 0, 300, 0.1) FROM votes WHERE voter > 100 GROUP BY voter ORDER BY 1" 2>&1)" \
+    || fail "a grouping column used again: $out"
+assert_eq "$(cut -d'|' -f1 <<<"$out" | tr '\n' ' ')" "101! 102! " "the group keys"
 # A function of the rows that starts a distributed query from a worker is refused there,
 # even where the analyst allows nested execution: its fragments would be counted.
 sql_as prober analyst-password -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql AS

@@ -38,11 +38,12 @@ thread_local! {
     static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
 }
 
-/// A Citus function in pg_catalog by name and argument types, if Citus is installed.
+/// A function in pg_catalog (Citus's, or PostgreSQL's) by name and argument types;
+/// InvalidOid if there is none.
 ///
 /// # Safety
 /// A catalog lookup: call it inside a transaction.
-unsafe fn citus_function(name: &CStr, arguments: &[Oid]) -> Oid {
+pub(super) unsafe fn catalog_function(name: &CStr, arguments: &[Oid]) -> Oid {
     // SAFETY: a qualified name list built here; missing_ok.
     unsafe {
         let mut names = pg_sys::lappend(
@@ -75,11 +76,11 @@ unsafe fn combined_aggregate(aggref: *mut pg_sys::Aggref) -> Option<(Oid, &'stat
         }
         let function = Oid::from((*constant).constvalue.value() as u32);
         let aggregate = dp_aggregate(function)?;
-        let combine = citus_function(
+        let combine = catalog_function(
             c"coord_binary_combine_agg",
             &[pg_sys::OIDOID, pg_sys::BYTEAOID, pg_sys::ANYELEMENTOID],
         );
-        let text_combine = citus_function(
+        let text_combine = catalog_function(
             c"coord_combine_agg",
             &[pg_sys::OIDOID, pg_sys::CSTRINGOID, pg_sys::ANYELEMENTOID],
         );
@@ -197,7 +198,7 @@ pub unsafe fn in_partial_aggregation(fcinfo: pg_sys::FunctionCallInfo) -> bool {
         if aggref.is_null() || !super::installed() {
             return false;
         }
-        let partial = citus_function(
+        let partial = catalog_function(
             c"worker_binary_partial_agg",
             &[pg_sys::OIDOID, pg_sys::ANYELEMENTOID],
         );

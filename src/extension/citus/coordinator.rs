@@ -34,6 +34,7 @@ use crate::extension::arguments::is_same_on_every_row;
 use crate::extension::budget::dp_aggregate;
 use crate::extension::{guc, raise, versions};
 use pgrx::pg_sys::{self, NodeTag};
+use pgrx::prelude::*;
 use pgrx::{is_a, PgList};
 use std::ffi::{c_void, CStr};
 
@@ -97,8 +98,9 @@ pub unsafe fn prepare(
     query: *mut pg_sys::Query,
     bound: pg_sys::ParamListInfo,
 ) -> (*mut pg_sys::Query, Prepared) {
-    // SAFETY: as the caller guarantees; the copy replaces the query.
-    let query = unsafe { fix_unit_bounds(query) };
+    refuse_shadowing_functions();
+    // SAFETY: as the caller guarantees; the copies replace the query.
+    let query = unsafe { super::fragments::fix_polymorphic_hashes(fix_unit_bounds(query)) };
     let mut census = Census {
         levels: vec![query],
         all: vec![query],
@@ -177,6 +179,28 @@ pub unsafe fn prepare(
             settings_level,
         },
     )
+}
+
+/// Refuses, before anything is charged, where a function that is not pg_exp_mech's has the
+/// name of one that pg_exp_mech writes into the queries Citus sends to the workers: they
+/// are called there by name (each with one fixed signature, so no overload is a better
+/// match), and another function of the name with extra defaulted arguments would make
+/// the call ambiguous, failing on the workers after the statement was charged.
+fn refuse_shadowing_functions() {
+    let others = Spi::get_one::<String>(
+        "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid) FROM pg_catalog.pg_proc p
+          WHERE p.pronamespace = (SELECT extnamespace FROM pg_catalog.pg_extension WHERE extname = 'pg_exp_mech')
+            AND p.proname IN ('dp_fragment', 'dp_unit_of_null', 'dp_unit_share', 'dp_unit_score',
+                              'dp_unit_numeric_score', 'dp_unit_group_order', 'dp_unit_priority')
+            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                             WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                               AND d.objid = p.oid AND d.deptype = 'e')",
+    );
+    if let Ok(Some(others)) = others {
+        raise(Error::Distributed {
+            reason: format!("{others} in pg_exp_mech's schema would stand for pg_exp_mech's own functions in the queries Citus sends to the workers: drop them, and let no role but its owner create functions in that schema"),
+        });
+    }
 }
 
 /// The bounds of privacy units as they are now.
@@ -364,7 +388,37 @@ unsafe fn wrap_group_keys(query: *mut pg_sys::Query) {
             );
             (*coalesce).location = -1;
             (*entry).expr = coalesce.cast();
+            // The column elsewhere at this level (outside aggregates) reads the group's
+            // key too: Citus sends the workers `(column)::text ... GROUP BY COALESCE(...)`
+            // otherwise, which they refuse.
+            let mut key = (expression, coalesce as *mut pg_sys::Node);
+            let context = (&mut key as *mut (*mut pg_sys::Node, *mut pg_sys::Node)).cast();
+            for other in PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList).iter_ptr() {
+                if other != entry {
+                    (*other).expr = key_mutator((*other).expr.cast(), context).cast();
+                }
+            }
+            (*query).havingQual = key_mutator((*query).havingQual, context);
         }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn key_mutator(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> *mut pg_sys::Node {
+    // SAFETY: the context is wrap_group_keys's (column, key) pair; aggregates' arguments
+    // and other queries are left as they are.
+    unsafe {
+        if node.is_null() || is_a(node, NodeTag::T_Aggref) || is_a(node, NodeTag::T_Query) {
+            return node;
+        }
+        let (column, key) = *(context as *mut (*mut pg_sys::Node, *mut pg_sys::Node));
+        if pg_sys::equal(node.cast(), column.cast()) {
+            return pg_sys::copyObjectImpl(key.cast()).cast();
+        }
+        versions::mutate_children(node, key_mutator, context)
     }
 }
 

@@ -397,3 +397,94 @@ COMMENT ON FUNCTION dp_fragment(boolean) IS
     name = "dp_fragment_comment",
     requires = [dp_fragment]
 );
+
+/// A copy of `query` in which each call of a polymorphic extended hash function of
+/// pg_catalog (`hashenumextended`, `hash_array_extended`, ...: the privacy-unit bounding
+/// hashes units and group keys with their type's own) hashes the value's text instead
+/// (`hashtextextended(value::text, seed)`). Citus sends the call to the workers as text,
+/// unqualified, and there an analyst's exact-type overload in a schema of the search path
+/// would be chosen over the polymorphic one, and run with every row; a cast to text and
+/// `hashtextextended(text, bigint)` have no better match.
+///
+/// # Safety
+/// `query` must be a valid Query.
+pub unsafe fn fix_polymorphic_hashes(query: *mut pg_sys::Query) -> *mut pg_sys::Query {
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn mutator(
+        node: *mut pg_sys::Node,
+        context: *mut c_void,
+    ) -> *mut pg_sys::Node {
+        // SAFETY: tags are checked before casts; nodes made with PostgreSQL's
+        // constructors over copies of valid expressions.
+        unsafe {
+            if node.is_null() {
+                return node;
+            }
+            if is_a(node, NodeTag::T_Query) {
+                return crate::extension::versions::mutate_query(node.cast(), mutator, context)
+                    .cast();
+            }
+            if is_a(node, NodeTag::T_FuncExpr) {
+                let call = node as *mut pg_sys::FuncExpr;
+                let arguments = PgList::<pg_sys::Expr>::from_pg((*call).args);
+                if arguments.len() == 2 && is_polymorphic_hash((*call).funcid) {
+                    let value = crate::extension::versions::mutate_children(
+                        arguments.get_ptr(0).expect("two arguments").cast(),
+                        mutator,
+                        context,
+                    );
+                    let seed =
+                        pg_sys::copyObjectImpl(arguments.get_ptr(1).expect("two arguments").cast());
+                    let text = pg_sys::palloc0(std::mem::size_of::<pg_sys::CoerceViaIO>())
+                        as *mut pg_sys::CoerceViaIO;
+                    (*text).xpr.type_ = NodeTag::T_CoerceViaIO;
+                    (*text).arg = value.cast();
+                    (*text).resulttype = pg_sys::TEXTOID;
+                    (*text).resultcollid = pg_sys::DEFAULT_COLLATION_OID;
+                    (*text).coerceformat = pg_sys::CoercionForm::COERCE_EXPLICIT_CAST;
+                    (*text).location = -1;
+                    let both =
+                        pg_sys::lappend(pg_sys::lappend(std::ptr::null_mut(), text.cast()), seed);
+                    return pg_sys::makeFuncExpr(
+                        text_hash(),
+                        pg_sys::INT8OID,
+                        both,
+                        pg_sys::InvalidOid,
+                        pg_sys::DEFAULT_COLLATION_OID,
+                        pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+                    )
+                    .cast();
+                }
+            }
+            crate::extension::versions::mutate_children(node, mutator, context)
+        }
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { crate::extension::versions::mutate_query(query, mutator, std::ptr::null_mut()) }
+}
+
+/// Whether `function` is one of pg_catalog's extended hash functions of a polymorphic
+/// argument.
+fn is_polymorphic_hash(function: Oid) -> bool {
+    // SAFETY: catalog lookups by oid; NULL is checked.
+    unsafe {
+        if pg_sys::get_func_namespace(function) != pg_sys::PG_CATALOG_NAMESPACE.into() {
+            return false;
+        }
+        let name = pg_sys::get_func_name(function);
+        if name.is_null() {
+            return false;
+        }
+        let name = std::ffi::CStr::from_ptr(name).to_bytes();
+        let hash = name.starts_with(b"hash") && name.ends_with(b"extended");
+        hash && !super::combine::has_fixed_types(function)
+    }
+}
+
+/// pg_catalog.hashtextextended(text, bigint).
+fn text_hash() -> Oid {
+    // SAFETY: a lookup by qualified name and exact argument types.
+    unsafe {
+        super::combine::catalog_function(c"hashtextextended", &[pg_sys::TEXTOID, pg_sys::INT8OID])
+    }
+}
