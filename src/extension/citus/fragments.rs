@@ -398,9 +398,10 @@ COMMENT ON FUNCTION dp_fragment(boolean) IS
     requires = [dp_fragment]
 );
 
-/// A copy of `query` in which each call of a polymorphic extended hash function of
-/// pg_catalog (`hashenumextended`, `hash_array_extended`, ...: the privacy-unit bounding
-/// hashes units and group keys with their type's own) hashes the value's text instead
+/// A copy of `query` in which each call that the privacy-unit bounding wrote of a
+/// polymorphic extended hash function of pg_catalog (`hashenumextended`,
+/// `hash_array_extended`, ...: it hashes units and group keys with their type's own)
+/// hashes the value's text instead
 /// (`hashtextextended(value::text, seed)`). Citus sends the call to the workers as text,
 /// unqualified, and there an analyst's exact-type overload in a schema of the search path
 /// would be chosen over the polymorphic one, and run with every row; a cast to text and
@@ -427,7 +428,12 @@ pub unsafe fn fix_polymorphic_hashes(query: *mut pg_sys::Query) -> *mut pg_sys::
             if is_a(node, NodeTag::T_FuncExpr) {
                 let call = node as *mut pg_sys::FuncExpr;
                 let arguments = PgList::<pg_sys::Expr>::from_pg((*call).args);
-                if arguments.len() == 2 && is_polymorphic_hash((*call).funcid) {
+                // Only the calls the bounding wrote (no parse location): a statement's own
+                // call keeps its meaning.
+                if arguments.len() == 2
+                    && (*call).location < 0
+                    && is_polymorphic_hash((*call).funcid)
+                {
                     let value = crate::extension::versions::mutate_children(
                         arguments.get_ptr(0).expect("two arguments").cast(),
                         mutator,
