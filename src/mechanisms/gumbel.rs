@@ -11,13 +11,39 @@ use rand::RngCore;
 /// so that neither 0 nor 1 can come out and ln(−ln u) is always finite. (With 53 bits,
 /// k + 0.5 would need 54 and the top cell would round to exactly 1.)
 pub fn open_unit_interval<R: RngCore + ?Sized>(rng: &mut R) -> f64 {
+    uniform_of_word(rng.next_u64())
+}
+
+/// [`open_unit_interval`] of the 64-bit word it reads: u = (k + ½)·2^-52, k its top 52 bits.
+fn uniform_of_word(word: u64) -> f64 {
     const SCALE: f64 = 1.0 / (1u64 << 52) as f64;
-    ((rng.next_u64() >> 12) as f64 + 0.5) * SCALE
+    ((word >> 12) as f64 + 0.5) * SCALE
 }
 
 /// A standard Gumbel draw, G = −ln(−ln U).
 pub fn standard_gumbel<R: RngCore + ?Sized>(rng: &mut R) -> f64 {
-    -(-open_unit_interval(rng).ln()).ln()
+    gumbel_of_word(rng.next_u64())
+}
+
+/// [`standard_gumbel`] of the 64-bit word it reads.
+fn gumbel_of_word(word: u64) -> f64 {
+    -(-uniform_of_word(word).ln()).ln()
+}
+
+/// Whether the noise a word gives stays at or below `gap` > 0, told without a logarithm:
+/// −ln U ≥ 1 − U, so 1 − U ≥ e^−gap gives G = −ln(−ln U) ≤ gap; and e^−gap ≤ 2^−n for the
+/// whole number n ≤ gap·log₂e. 1 − U = (2^53 − 2k − 1)·2^-53 exactly, an integer compare.
+fn noise_at_most(gap: f64, word: u64) -> bool {
+    // Truncation is the floor here (n < 1 is refused either way), and needs no libm.
+    let n = (gap * std::f64::consts::LOG2_E - 1e-9) as i64;
+    if n < 1 {
+        return false;
+    }
+    if n >= 53 {
+        return true; // 1 − U ≥ 2^-53 > 2^-n
+    }
+    let one_minus_u = (1u64 << 53) - 2 * (word >> 12) - 1;
+    one_minus_u >= 1u64 << (53 - n as u32)
 }
 
 /// Noisy keys w_i − max_j w_j + G_i, one per log-weight; −∞ (weight zero) stays −∞.
@@ -106,6 +132,48 @@ where
     best.map(|(candidate, _)| candidate)
 }
 
+/// How far a contender's bound must fall below the leader's key before its noise is
+/// judged without logarithms: far more than the rounding of keys of modest size.
+const BOUND_MARGIN: f64 = 1e-6;
+
+/// Gumbel-max over contenders given with a cheap upper bound of their log-weight (modest
+/// numbers: shifted so that the largest is near 0), whose exact log-weight `exact` and noise
+/// cost logarithms. Each contender gets one word of `rng`, in order, as [`gumbel_max`]
+/// would draw them; the one with the largest bound is keyed first, and another is keyed
+/// only if its noise could lift its bound past the leader's key ([`noise_at_most`]): about
+/// Σ 2·e^−(gap) contenders rather than all. The winner is the one a full race with the same
+/// words picks (the first of equal keys; a test checks it draw by draw), so the
+/// distribution is Gumbel-max's. None when there is no contender.
+pub fn lazy_gumbel_max<T, R: RngCore + ?Sized>(
+    contenders: &[(T, f64)],
+    exact: impl Fn(&T) -> f64,
+    rng: &mut R,
+) -> Option<usize> {
+    let words: Vec<u64> = contenders.iter().map(|_| rng.next_u64()).collect();
+    let leader =
+        (0..contenders.len()).max_by(|&a, &b| contenders[a].1.total_cmp(&contenders[b].1))?;
+    let key = |i: usize| {
+        let w = exact(&contenders[i].0);
+        debug_assert!(
+            w <= contenders[i].1 + BOUND_MARGIN / 2.0,
+            "a bound below its weight"
+        );
+        w + gumbel_of_word(words[i])
+    };
+    let (mut best, mut best_key) = (leader, key(leader));
+    for (i, &(_, bound)) in contenders.iter().enumerate() {
+        let gap = best_key - bound - BOUND_MARGIN;
+        if i == leader || (gap > 0.0 && noise_at_most(gap, words[i])) {
+            continue;
+        }
+        let k = key(i);
+        if k > best_key || (k == best_key && i < best) {
+            (best, best_key) = (i, k);
+        }
+    }
+    Some(best)
+}
+
 /// The exponential mechanism: index i with probability ∝ exp(utilities[i] / temperature).
 ///
 /// With utilities in units of their range and temperature = 1/ε this is ε-DP (the tight,
@@ -123,7 +191,7 @@ pub fn exponential_mechanism<R: RngCore + ?Sized>(
 mod tests {
     use super::*;
     use crate::testing::{assert_matches_distribution, softmax};
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
     const DRAWS: usize = 1_000_000;
@@ -220,6 +288,85 @@ mod tests {
         assert_eq!(gumbel_max(&[], &mut rng), None);
         assert_eq!(gumbel_max(&[f64::NEG_INFINITY], &mut rng), None);
         assert_eq!(gumbel_max(&[f64::NEG_INFINITY, 0.0], &mut rng), Some(1));
+    }
+
+    /// A full race over the same words: every contender keyed, the first of equal keys.
+    fn full_race(exact: &[f64], rng: &mut ChaCha20Rng) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, &w) in exact.iter().enumerate() {
+            let key = w + standard_gumbel(rng);
+            if best.is_none_or(|(_, b)| key > b) {
+                best = Some((i, key));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    #[test]
+    fn the_lazy_race_picks_the_full_race_winner_draw_by_draw() {
+        let mut instances = ChaCha20Rng::seed_from_u64(7);
+        let mut keyed = 0usize;
+        let mut contenders_seen = 0usize;
+        for seed in 0..200_000u64 {
+            let n = instances.random_range(0..=64usize);
+            let spread = [0.5, 5.0, 40.0][instances.random_range(0..3)];
+            let exact: Vec<f64> = (0..n)
+                .map(|_| -instances.random::<f64>() * spread)
+                .collect();
+            // Bounds: exact, or above it by up to ln 2 (as ln(length) ≤ ln 2·⌈log₂ length⌉).
+            let contenders: Vec<(usize, f64)> = exact
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| match instances.random_range(0..3) {
+                    0 => (i, w),
+                    _ => (i, w + instances.random::<f64>() * std::f64::consts::LN_2),
+                })
+                .collect();
+            let count = std::cell::Cell::new(0);
+            let lazy = lazy_gumbel_max(
+                &contenders,
+                |&i| {
+                    count.set(count.get() + 1);
+                    exact[i]
+                },
+                &mut ChaCha20Rng::seed_from_u64(seed),
+            );
+            let full = full_race(&exact, &mut ChaCha20Rng::seed_from_u64(seed));
+            assert_eq!(lazy, full, "seed {seed}, exact {exact:?}");
+            keyed += count.get();
+            contenders_seen += n;
+        }
+        // The point of it: most contenders are never keyed.
+        assert!(
+            keyed * 3 < contenders_seen,
+            "{keyed} of {contenders_seen} keyed"
+        );
+    }
+
+    #[test]
+    fn noise_at_most_never_errs() {
+        // Whenever it says G ≤ gap, the computed noise is ≤ gap: at the extreme words and
+        // around the thresholds 2^-n it switches at.
+        let mut words = vec![0, 1 << 12, u64::MAX, u64::MAX - (1 << 12)];
+        for n in 1..60u32 {
+            let k = (1u64 << 52).saturating_sub(1u64 << n.min(52) >> 1);
+            for delta in [0u64, 1, 2] {
+                words.push(k.saturating_sub(delta) << 12);
+                words.push((k + delta).min((1 << 52) - 1) << 12);
+            }
+        }
+        let mut rng = ChaCha20Rng::seed_from_u64(8);
+        words.extend((0..100_000).map(|_| rng.next_u64()));
+        for word in words {
+            let noise = gumbel_of_word(word);
+            for gap in [
+                0.01, 0.5, 0.7, 1.0, 2.0, 5.0, 10.0, 20.0, 36.0, 36.7, 37.0, 50.0,
+            ] {
+                if noise_at_most(gap, word) {
+                    assert!(noise <= gap, "word {word:#x}, gap {gap}, noise {noise}");
+                }
+            }
+        }
     }
 
     #[test]

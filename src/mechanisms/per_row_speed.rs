@@ -95,6 +95,11 @@ fn per_row_speed() {
         }
         black_box(sum);
     });
+    let listing = median_ns(GROUPS, || {
+        for counts in &groups {
+            black_box(counts.sparse_occupied());
+        }
+    });
     let merge = median_ns(GROUPS / 2, || {
         for pair in groups.chunks(2) {
             let mut merged = pair[0].clone();
@@ -117,6 +122,7 @@ fn per_row_speed() {
     println!("  float, {GROUPS} groups:       {float_grouped:6.1} ns/row");
     println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
     println!("  draw, a group of 1,000:      {:6.1} µs", draw / 1e3);
+    println!("    of which listing its places: {:6.1} µs", listing / 1e3);
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
     println!("  draw, one group of 10^7:     {:6.1} ms", one_draw / 1e6);
 }

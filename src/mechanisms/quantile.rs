@@ -16,7 +16,7 @@
 //! weighted candidate (ln m + its scaled utility) and finalize costs O(occupied places),
 //! not O(K).
 
-use super::gumbel::{standard_gumbel, CONTENDING};
+use super::gumbel::{lazy_gumbel_max, CONTENDING};
 use allocator_api2::alloc::{Allocator, Global};
 use allocator_api2::vec::Vec as AllocVec;
 use rand::{Rng, RngCore};
@@ -225,8 +225,12 @@ impl IntegerGrid {
         if value == self.hi {
             return Place::At(self.size);
         }
-        let offset = (value as i128 - self.lo as i128) as u128;
-        let (j, remainder) = (offset / self.step as u128, offset % self.step as u128);
+        // value − lo in [0, 2^64): exact as a wrapping difference read unsigned.
+        let offset = value.wrapping_sub(self.lo) as u64;
+        if self.step == 1 {
+            return Place::At(offset as u32); // whole numbers: every value is a point
+        }
+        let (j, remainder) = (offset / self.step, offset % self.step);
         if remainder == 0 {
             Place::At(j as u32)
         } else {
@@ -809,8 +813,30 @@ impl<A: Allocator + Clone> GridCounts<A> {
     /// [`GridCounts::iter_occupied`] as a list when both histograms are sparse (at most a
     /// sixteenth of the grid each); None when one is dense.
     pub fn sparse_occupied(&self) -> Option<Vec<(u64, u64)>> {
-        let sparse = |h: &Histogram<A>| matches!(h.cells, Cells::Sparse(_));
-        (sparse(&self.at) && sparse(&self.between)).then(|| self.iter_occupied().collect())
+        let (Cells::Sparse(at), Cells::Sparse(between)) = (&self.at.cells, &self.between.cells)
+        else {
+            return None;
+        };
+        // Both histograms' pending cells as half cells (below 2^26: K ≤ 2^24), sorted
+        // once together, then merged with their sorted counts. A copy on the Rust heap:
+        // a final function must not change the state.
+        let mut pending: AllocVec<u32, Global> =
+            AllocVec::with_capacity_in(at.pending.len() + between.pending.len(), Global);
+        pending.extend(at.pending.iter().map(|&j| 2 * j));
+        pending.extend(between.pending.iter().map(|&j| 2 * j + 1));
+        sort_cells(&mut pending);
+        let sorted = merge_join(
+            at.sorted.iter().map(|&(j, n)| (2 * j, n as u64)),
+            between.sorted.iter().map(|&(j, n)| (2 * j + 1, n as u64)),
+        );
+        let incoming = pending
+            .chunk_by(|a, b| a == b)
+            .map(|run| (run[0], run.len() as u64));
+        Some(
+            merge_join(sorted, incoming)
+                .map(|(half_cell, n)| (half_cell as u64, n))
+                .collect(),
+        )
     }
 
     /// [`GridCounts::iter_occupied`] as a list.
@@ -877,15 +903,22 @@ pub struct Run {
 }
 
 impl Run {
-    /// ln(length) + utility / temperature: the log-weight of the run as one candidate.
-    fn log_weight(&self, temperature: f64) -> f64 {
-        let length = self.last - self.first + 1;
-        let log_length = if length == 1 {
-            0.0
-        } else {
-            (length as f64).ln()
-        };
-        log_length + self.utility / temperature
+    fn length(&self) -> u32 {
+        self.last - self.first + 1
+    }
+
+    /// ln(length): the log-weight of the run as one candidate, beyond its utility.
+    fn log_length(&self) -> f64 {
+        match self.length() {
+            1 => 0.0,
+            length => (length as f64).ln(),
+        }
+    }
+
+    /// ln 2·⌈log₂ length⌉ ≥ ln(length), without a logarithm.
+    fn log_length_bound(&self) -> f64 {
+        let bits = u32::BITS - (self.length() - 1).leading_zeros();
+        bits as f64 * std::f64::consts::LN_2
     }
 }
 
@@ -913,8 +946,11 @@ pub fn runs_between(
     last: u32,
     alpha: f64,
 ) -> impl Iterator<Item = Run> {
-    let utility =
-        move |below: u64, above: u64| -((1.0 - alpha) * below as f64 - alpha * above as f64).abs();
+    // Counts convert through i64 (one instruction; u64 takes a dozen), the same value for
+    // any count below 2^63.
+    let utility = move |below: u64, above: u64| {
+        -((1.0 - alpha) * below as i64 as f64 - alpha * above as i64 as f64).abs()
+    };
     let (mut next, mut below) = (first, 0u64);
     let mut occupied = occupied.map(Some).chain(std::iter::once(None));
     let mut point_run: Option<Run> = None;
@@ -974,8 +1010,8 @@ pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
     rng: &mut R,
 ) -> u32 {
     let (total, grid_size) = (counts.total(), counts.grid_size());
-    // The draw reads the places twice: a sparse histogram's are listed once (they are at
-    // most a sixteenth of the grid), a dense one's streamed from its counters each time.
+    // The draw reads the places twice: a sparse histogram's are listed once (both halves
+    // sorted together), a dense one's streamed from its counters each time.
     match counts.sparse_occupied() {
         Some(occupied) => sample_between(
             || occupied.iter().copied(),
@@ -1010,29 +1046,31 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
     rng: &mut R,
 ) -> u32 {
     let temperature = temperature(alpha, epsilon);
-    // Gumbel-max over the runs, log-weight w = ln(length) + u/T, in two passes (as
-    // gumbel_max_streamed, without its logarithm per run in the first): the largest u/T
-    // is a lower bound `floor` of the largest w, since ln(length) ≥ 0. A run with
-    // u/T + ln(K + 1) − floor < −CONTENDING has w below the largest by more than
-    // CONTENDING and cannot win (gumbel.rs): neither its length's logarithm nor its noise
-    // is computed. Keys are w − floor + G: a shift by a constant, the same argmax.
+    // Gumbel-max over the runs, log-weight w = ln(length) + u/T, shifted by the largest
+    // u/T (a lower bound of the largest w, since ln(length) ≥ 0): the same argmax. The
+    // first pass finds the largest utility `top`; the second lists the contenders:
+    // ln(length) ≤ ln 2·⌈log₂ length⌉ bounds w, and a run whose bound falls more than
+    // CONTENDING below top/T cannot win (gumbel.rs). The race keys only the contenders
+    // whose noise could carry them past the leader (lazy_gumbel_max).
     let runs = || runs_between(occupied(), total, first, last, alpha);
-    let floor = runs()
-        .map(|run| run.utility / temperature)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let longest = ((last - first) as f64 + 1.0).ln();
-    let mut best: Option<(Run, f64)> = None;
+    let mut top = f64::NEG_INFINITY;
     for run in runs() {
-        let scaled = run.utility / temperature - floor;
-        if scaled + longest < -CONTENDING {
-            continue;
-        }
-        let key = (run.log_weight(temperature) - floor) + standard_gumbel(rng);
-        if best.as_ref().is_none_or(|&(_, b)| key > b) {
-            best = Some((run, key));
+        // Utilities are never NaN: a plain comparison, not f64::max's NaN handling.
+        if run.utility > top {
+            top = run.utility;
         }
     }
-    let (chosen, _) = best.expect("the range has at least one point");
+    let per_utility = 1.0 / temperature;
+    let scaled = |run: &Run| (run.utility - top) * per_utility;
+    let contenders: Vec<(Run, f64)> = runs()
+        .filter_map(|run| {
+            let bound = scaled(&run) + run.log_length_bound();
+            (bound >= -CONTENDING).then_some((run, bound))
+        })
+        .collect();
+    let winner = lazy_gumbel_max(&contenders, |run| scaled(run) + run.log_length(), rng)
+        .expect("the range has at least one point");
+    let chosen = contenders[winner].0;
     rng.random_range(chosen.first..=chosen.last)
 }
 
