@@ -139,10 +139,13 @@ enum Locating {
 }
 
 /// The state of one group: its parameters and the counts of its values on the grid.
+/// What each row reads comes first, so that with thousands of groups a row's cache misses
+/// are few (issue 22): the locating rule, then the histograms' totals and pending cells.
+#[repr(C)]
 pub struct QuantileState {
-    parameters: QuantileParameters,
     locating: Locating,
     counts: GridCounts<ContextAllocator>,
+    parameters: QuantileParameters,
 }
 
 impl QuantileState {

@@ -18,6 +18,7 @@
 
 use super::gumbel::{lazy_gumbel_max, CONTENDING};
 use allocator_api2::alloc::{Allocator, Global};
+use allocator_api2::boxed::Box as AllocBox;
 use allocator_api2::vec::Vec as AllocVec;
 use rand::{Rng, RngCore};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -256,9 +257,13 @@ impl IntegerGrid {
 /// counts (a hash table would take 2-4 times that, rounded up by palloc to powers of
 /// two).
 #[derive(Debug, Clone)]
+#[repr(C)] // what a row touches first, next to its histogram's total (issue 22)
 struct SparseCells<A: Allocator + Clone> {
-    sorted: AllocVec<(u32, u32), A>,
     pending: AllocVec<u32, A>,
+    /// The number of pending cells that triggers a merge: twice the sorted ones, at least
+    /// PENDING (kept here so that a row need not read `sorted`).
+    merge_at: usize,
+    sorted: AllocVec<(u32, u32), A>,
 }
 
 /// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs) once
@@ -278,21 +283,30 @@ struct CountOverflow;
 impl<A: Allocator + Clone> SparseCells<A> {
     fn new_in(allocator: A) -> Self {
         Self {
-            sorted: AllocVec::new_in(allocator.clone()),
-            pending: AllocVec::new_in(allocator),
+            pending: AllocVec::new_in(allocator.clone()),
+            merge_at: Self::PENDING,
+            sorted: AllocVec::new_in(allocator),
         }
     }
 
     /// Pending cells that trigger a merge: 4 KiB of them at least.
     const PENDING: usize = 1 << 10;
 
+    /// Adds a cell; Ok(true) when the pending cells were merged in.
     #[inline]
-    fn push(&mut self, cell: u32) -> Result<(), CountOverflow> {
+    fn push(&mut self, cell: u32) -> Result<bool, CountOverflow> {
         self.pending.push(cell);
-        if self.pending.len() >= (2 * self.sorted.len()).max(Self::PENDING) {
-            self.compact()?;
+        if self.pending.len() < self.merge_at {
+            return Ok(false);
         }
-        Ok(())
+        self.compact()?;
+        Ok(true)
+    }
+
+    /// Sets the sorted counts (and so when pending cells next merge).
+    fn set_sorted(&mut self, sorted: AllocVec<(u32, u32), A>) {
+        self.merge_at = (2 * sorted.len()).max(Self::PENDING);
+        self.sorted = sorted;
     }
 
     /// Merges the pending cells into the sorted counts. On overflow nothing changes.
@@ -302,11 +316,12 @@ impl<A: Allocator + Clone> SparseCells<A> {
         }
         sort_cells(&mut self.pending);
         let pending = &self.pending;
-        self.sorted = Self::merged(&self.sorted, || {
+        let merged = Self::merged(&self.sorted, || {
             pending
                 .chunk_by(|a, b| a == b)
                 .map(|run| (run[0], run.len() as u64))
         })?;
+        self.set_sorted(merged);
         self.pending.clear();
         Ok(())
     }
@@ -331,7 +346,8 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// Merges sorted (cell, count) pairs into the sorted counts. On overflow nothing
     /// changes.
     fn merge_sorted(&mut self, incoming: &[(u32, u64)]) -> Result<(), CountOverflow> {
-        self.sorted = Self::merged(&self.sorted, || incoming.iter().copied())?;
+        let merged = Self::merged(&self.sorted, || incoming.iter().copied())?;
+        self.set_sorted(merged);
         Ok(())
     }
 
@@ -540,17 +556,19 @@ impl<A: Allocator + Clone> DenseCells<A> {
 enum Cells<A: Allocator + Clone> {
     Sparse(SparseCells<A>),
     /// Once a sixteenth of the grid is occupied (the sparse form then holds up to 12
-    /// bytes a cell, against one byte per grid point here).
-    Dense(DenseCells<A>),
+    /// bytes a cell, against one byte per grid point here). Boxed: a sparse state, one
+    /// of thousands of groups, stays small.
+    Dense(AllocBox<DenseCells<A>, A>),
 }
 
 /// Counts of values per grid cell: memory O(min(n, K)), at most K + 1 bytes plus the
 /// carries of cells holding 256 values or more.
 #[derive(Debug, Clone)]
+#[repr(C)] // the fields a row touches first (issue 22)
 pub struct Histogram<A: Allocator + Clone = Global> {
+    total: u64,
     cells: Cells<A>,
     grid_size: u32,
-    total: u64,
     allocator: A,
 }
 
@@ -576,12 +594,12 @@ impl<A: Allocator + Clone> Histogram<A> {
         self.total += 1;
         match &mut self.cells {
             Cells::Dense(dense) => dense.push(cell),
-            Cells::Sparse(sparse) => {
-                let overflow = sparse.push(cell).is_err();
-                if overflow || sparse.sorted.len() as u64 > (self.grid_size as u64 + 1) / 16 {
-                    self.densify();
-                }
-            }
+            // Only a merge can make the sorted counts too many.
+            Cells::Sparse(sparse) => match sparse.push(cell) {
+                Ok(false) => {}
+                Ok(true) if sparse.sorted.len() as u64 <= (self.grid_size as u64 + 1) / 16 => {}
+                _ => self.densify(),
+            },
         }
     }
 
@@ -703,7 +721,7 @@ impl<A: Allocator + Clone> Histogram<A> {
         for &cell in &sparse.pending {
             dense.add(cell, 1);
         }
-        self.cells = Cells::Dense(dense);
+        self.cells = Cells::Dense(AllocBox::new_in(dense, self.allocator.clone()));
     }
 
     /// The number of values counted.
@@ -745,9 +763,10 @@ impl<A: Allocator + Clone> Histogram<A> {
 /// columns) or on them (whole numbers on a whole-number grid) holds about K + 1 one-byte
 /// counters, as one histogram of nearest points did.
 #[derive(Debug, Clone)]
+#[repr(C)] // float values fall between points: that histogram first (issue 22)
 pub struct GridCounts<A: Allocator + Clone = Global> {
-    at: Histogram<A>,
     between: Histogram<A>,
+    at: Histogram<A>,
 }
 
 impl GridCounts<Global> {
