@@ -938,6 +938,10 @@ pub struct Run {
     pub first: u32,
     pub last: u32,
     pub utility: f64,
+    /// Whether (1−α)·#{x < c} − α·#{x > c} ≥ 0 here. That difference never decreases
+    /// along the grid (nor does its rounding: each operation rounds monotonically), so
+    /// from the first run past it the utility −|difference| never increases.
+    past_crossing: bool,
 }
 
 impl Run {
@@ -986,8 +990,14 @@ pub fn runs_between(
 ) -> impl Iterator<Item = Run> {
     // Counts convert through i64 (one instruction; u64 takes a dozen), the same value for
     // any count below 2^63.
-    let utility = move |below: u64, above: u64| {
-        -((1.0 - alpha) * below as i64 as f64 - alpha * above as i64 as f64).abs()
+    let run = move |first: u32, last: u32, below: u64, above: u64| {
+        let difference = (1.0 - alpha) * below as i64 as f64 - alpha * above as i64 as f64;
+        Run {
+            first,
+            last,
+            utility: -difference.abs(),
+            past_crossing: difference >= 0.0,
+        }
     };
     let (mut next, mut below) = (first, 0u64);
     let mut occupied = occupied.map(Some).chain(std::iter::once(None));
@@ -1005,17 +1015,9 @@ pub fn runs_between(
                     Place::At(j) => (j, j),
                     Place::Between(j) => (j + 1, j),
                 };
-                let gap = (gap_end > next).then(|| Run {
-                    first: next,
-                    last: gap_end - 1,
-                    utility: utility(below, total - below),
-                });
+                let gap = (gap_end > next).then(|| run(next, gap_end - 1, below, total - below));
                 if let Place::At(j) = place {
-                    point_run = Some(Run {
-                        first: j,
-                        last: j,
-                        utility: utility(below, total - below - count),
-                    });
+                    point_run = Some(run(j, j, below, total - below - count));
                 }
                 below += count;
                 next = next.max(point + 1);
@@ -1025,13 +1027,9 @@ pub fn runs_between(
             }
             None => {
                 return (next <= last).then(|| {
-                    let run = Run {
-                        first: next,
-                        last,
-                        utility: utility(below, 0),
-                    };
+                    let after = run(next, last, below, 0);
                     next = last + 1;
-                    run
+                    after
                 });
             }
         }
@@ -1090,17 +1088,31 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
     // ln(length) ≤ ln 2·⌈log₂ length⌉ bounds w, and a run whose bound falls more than
     // CONTENDING below top/T cannot win (gumbel.rs). The race keys only the contenders
     // whose noise could carry them past the leader (lazy_gumbel_max).
+    //
+    // Past the crossing utilities only fall (Run::past_crossing): the first pass stops at
+    // the first run past it that does not raise `top`, the second once no later run can
+    // contend (its length is at most the range's). For a median, one pass in all.
     let runs = || runs_between(occupied(), total, first, last, alpha);
     let mut top = f64::NEG_INFINITY;
     for run in runs() {
         // Utilities are never NaN: a plain comparison, not f64::max's NaN handling.
         if run.utility > top {
             top = run.utility;
+        } else if run.past_crossing {
+            break;
         }
     }
     let per_utility = 1.0 / temperature;
     let scaled = |run: &Run| (run.utility - top) * per_utility;
+    let longest = Run {
+        first,
+        last,
+        utility: top,
+        past_crossing: false,
+    }
+    .log_length_bound();
     let contenders: Vec<(Run, f64)> = runs()
+        .take_while(|run| !(run.past_crossing && scaled(run) + longest < -CONTENDING))
         .filter_map(|run| {
             let bound = scaled(&run) + run.log_length_bound();
             (bound >= -CONTENDING).then_some((run, bound))
