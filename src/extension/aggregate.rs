@@ -111,6 +111,7 @@ pub trait State: Sized {
 ///
 /// # Safety
 /// `fcinfo` must be the call info of `aggregate`'s transition function.
+#[inline(always)]
 pub unsafe fn transition<S: State>(
     fcinfo: pg_sys::FunctionCallInfo,
     aggregate: &Aggregate,
