@@ -40,7 +40,7 @@ fn noise_at_most(gap: f64, word: u64) -> bool {
         return false;
     }
     if n >= 53 {
-        return true; // 1 − U ≥ 2^-53 > 2^-n
+        return true; // 1 − U ≥ 2^-53 ≥ 2^-n
     }
     let one_minus_u = (1u64 << 53) - 2 * (word >> 12) - 1;
     one_minus_u >= 1u64 << (53 - n as u32)
@@ -138,12 +138,12 @@ const BOUND_MARGIN: f64 = 1e-6;
 
 /// Gumbel-max over contenders given with a cheap upper bound of their log-weight (modest
 /// numbers: shifted so that the largest is near 0), whose exact log-weight `exact` and noise
-/// cost logarithms. Each contender gets one word of `rng`, in order, as [`gumbel_max`]
-/// would draw them; the one with the largest bound is keyed first, and another is keyed
-/// only if its noise could lift its bound past the leader's key ([`noise_at_most`]): about
-/// Σ 2·e^−(gap) contenders rather than all. The winner is the one a full race with the same
-/// words picks (the first of equal keys; a test checks it draw by draw), so the
-/// distribution is Gumbel-max's. None when there is no contender.
+/// cost logarithms. Each contender gets one word of `rng`, in order, as a full race (every
+/// contender keyed, w + G) would draw them; the one with the largest bound is keyed first,
+/// and another is keyed only if its noise could lift its bound past the leader's key
+/// ([`noise_at_most`]): about Σ 2·e^−(gap) contenders rather than all. The winner is the
+/// one the full race with the same words picks (the first of equal keys; a test checks it
+/// draw by draw), so the distribution is Gumbel-max's. None when there is no contender.
 pub fn lazy_gumbel_max<T, R: RngCore + ?Sized>(
     contenders: &[(T, f64)],
     exact: impl Fn(&T) -> f64,
@@ -172,6 +172,31 @@ pub fn lazy_gumbel_max<T, R: RngCore + ?Sized>(
         }
     }
     Some(best)
+}
+
+/// [`lazy_gumbel_max`] over a stream, in constant memory: each contender is keyed, in
+/// order, only if its noise could lift its bound past the best key so far (more are keyed
+/// than when the leader goes first). The same winner as the full race with the same words.
+pub fn streamed_lazy_gumbel_max<T, R: RngCore + ?Sized>(
+    contenders: impl Iterator<Item = (T, f64)>,
+    exact: impl Fn(&T) -> f64,
+    rng: &mut R,
+) -> Option<T> {
+    let mut best: Option<(T, f64)> = None;
+    for (candidate, bound) in contenders {
+        let word = rng.next_u64();
+        if let Some((_, best_key)) = &best {
+            let gap = best_key - bound - BOUND_MARGIN;
+            if gap > 0.0 && noise_at_most(gap, word) {
+                continue;
+            }
+        }
+        let key = exact(&candidate) + gumbel_of_word(word);
+        if best.as_ref().is_none_or(|(_, b)| key > *b) {
+            best = Some((candidate, key));
+        }
+    }
+    best.map(|(candidate, _)| candidate)
 }
 
 /// The exponential mechanism: index i with probability ∝ exp(utilities[i] / temperature).
@@ -333,6 +358,12 @@ mod tests {
             );
             let full = full_race(&exact, &mut ChaCha20Rng::seed_from_u64(seed));
             assert_eq!(lazy, full, "seed {seed}, exact {exact:?}");
+            let streamed = streamed_lazy_gumbel_max(
+                contenders.iter().copied(),
+                |&i| exact[i],
+                &mut ChaCha20Rng::seed_from_u64(seed),
+            );
+            assert_eq!(streamed, full, "seed {seed}, exact {exact:?}");
             keyed += count.get();
             contenders_seen += n;
         }

@@ -16,7 +16,7 @@
 //! weighted candidate (ln m + its scaled utility) and finalize costs O(occupied places),
 //! not O(K).
 
-use super::gumbel::{lazy_gumbel_max, CONTENDING};
+use super::gumbel::{lazy_gumbel_max, streamed_lazy_gumbel_max, CONTENDING};
 use allocator_api2::alloc::{Allocator, Global};
 use allocator_api2::boxed::Box as AllocBox;
 use allocator_api2::vec::Vec as AllocVec;
@@ -855,6 +855,7 @@ impl<A: Allocator + Clone> GridCounts<A> {
         else {
             return None;
         };
+        debug_assert!(self.grid_size() <= 1 << 24, "half cells fit in u32");
         // Both histograms' pending cells as half cells (below 2^26: K ≤ 2^24), sorted
         // once together, then merged with their sorted counts. A copy on the Rust heap:
         // a final function must not change the state.
@@ -1081,6 +1082,20 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
     epsilon: f64,
     rng: &mut R,
 ) -> u32 {
+    let range = (first, last, MAX_LISTED);
+    sample_listing_at_most(occupied, total, range, alpha, epsilon, rng)
+}
+
+/// [`sample_between`], listing at most `max_listed` contenders (`range`: first, last and
+/// that bound).
+fn sample_listing_at_most<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
+    occupied: impl Fn() -> I,
+    total: u64,
+    (first, last, max_listed): (u32, u32, usize),
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> u32 {
     let temperature = temperature(alpha, epsilon);
     // Gumbel-max over the runs, log-weight w = ln(length) + u/T, shifted by the largest
     // u/T (a lower bound of the largest w, since ln(length) ≥ 0): the same argmax. The
@@ -1091,7 +1106,7 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
     //
     // Past the crossing utilities only fall (Run::past_crossing): the first pass stops at
     // the first run past it that does not raise `top`, the second once no later run can
-    // contend (its length is at most the range's). For a median, one pass in all.
+    // contend (its length is at most the range's). For a median, about one pass in all.
     let runs = || runs_between(occupied(), total, first, last, alpha);
     let mut top = f64::NEG_INFINITY;
     for run in runs() {
@@ -1102,8 +1117,8 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
             break;
         }
     }
-    let per_utility = 1.0 / temperature;
-    let scaled = |run: &Run| (run.utility - top) * per_utility;
+    // (u − top)/T: 0 for the best run at any temperature (ε up to f64::MAX).
+    let scaled = |run: &Run| (run.utility - top) / temperature;
     let longest = Run {
         first,
         last,
@@ -1111,18 +1126,30 @@ fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
         past_crossing: false,
     }
     .log_length_bound();
-    let contenders: Vec<(Run, f64)> = runs()
-        .take_while(|run| !(run.past_crossing && scaled(run) + longest < -CONTENDING))
-        .filter_map(|run| {
-            let bound = scaled(&run) + run.log_length_bound();
-            (bound >= -CONTENDING).then_some((run, bound))
-        })
-        .collect();
-    let winner = lazy_gumbel_max(&contenders, |run| scaled(run) + run.log_length(), rng)
-        .expect("the range has at least one point");
-    let chosen = contenders[winner].0;
+    let contending = || {
+        runs()
+            .take_while(|run| !(run.past_crossing && scaled(run) + longest < -CONTENDING))
+            .filter_map(|run| {
+                let bound = scaled(&run) + run.log_length_bound();
+                (bound >= -CONTENDING).then_some((run, bound))
+            })
+    };
+    let exact = |run: &Run| scaled(run) + run.log_length();
+    // Listed when they are few (the leader keyed first: fewest logarithms); streamed when
+    // a tiny ε·n makes most of the grid contend, so that no list of millions is made.
+    let listed: Vec<(Run, f64)> = contending().take(max_listed + 1).collect();
+    let chosen = if listed.len() <= max_listed {
+        lazy_gumbel_max(&listed, exact, rng).map(|winner| listed[winner].0)
+    } else {
+        drop(listed);
+        streamed_lazy_gumbel_max(contending(), exact, rng)
+    }
+    .expect("the range has at least one point");
     rng.random_range(chosen.first..=chosen.last)
 }
+
+/// The most contenders a draw lists (128 KiB of them); beyond, it streams them.
+const MAX_LISTED: usize = 1 << 12;
 
 /// How many levels the recursive method splits ε over for m quantiles: ⌈log₂(m + 1)⌉.
 pub fn recursive_levels(m: usize) -> u32 {
@@ -1344,11 +1371,25 @@ mod tests {
     }
 
     fn check(cells: &[u64], grid_size: u32, alpha: f64, epsilon: f64, seed: u64) {
+        check_with(cells, grid_size, alpha, epsilon, seed, |histogram, rng| {
+            sample_quantile(histogram, alpha, epsilon, rng)
+        });
+    }
+
+    /// [`check`] of a given sampler.
+    fn check_with(
+        cells: &[u64],
+        grid_size: u32,
+        alpha: f64,
+        epsilon: f64,
+        seed: u64,
+        sample: impl Fn(&GridCounts, &mut ChaCha20Rng) -> u32,
+    ) {
         let histogram = counts_of(cells, grid_size);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let mut counts = vec![0u64; grid_size as usize + 1];
         for _ in 0..DRAWS {
-            counts[sample_quantile(&histogram, alpha, epsilon, &mut rng) as usize] += 1;
+            counts[sample(&histogram, &mut rng) as usize] += 1;
         }
         let t = temperature(alpha, epsilon);
         let right = exact(cells, grid_size, alpha, t, true);
@@ -1368,6 +1409,35 @@ mod tests {
     #[test]
     fn median_matches_the_exact_distribution() {
         check(&DATA, 20, 0.5, 1.0, 21);
+    }
+
+    #[test]
+    fn streamed_contenders_match_the_exact_distribution() {
+        // Listing none: every draw streams its contenders, as when a tiny ε·n makes more
+        // than MAX_LISTED runs contend.
+        for (alpha, seed) in [(0.5, 24), (0.1, 25)] {
+            check_with(&DATA, 20, alpha, 1.0, seed, |histogram, rng| {
+                let range = (0, 20, 0);
+                let total = histogram.total();
+                let places = || histogram.iter_occupied();
+                sample_listing_at_most(places, total, range, alpha, 1.0, rng)
+            });
+        }
+    }
+
+    #[test]
+    fn the_largest_epsilon_still_draws() {
+        // 1/ε is subnormal: the best run must still weigh e^0, never 0·∞.
+        let mut rng = ChaCha20Rng::seed_from_u64(26);
+        assert!(sample_quantile(&GridCounts::new(10), 0.5, f64::MAX, &mut rng) <= 10);
+        // Points 6 to 9 have 5 values below and 5 above (utility 0); any other loses.
+        for _ in 0..100 {
+            let median = sample_quantile(&counts_of(&DATA, 20), 0.5, f64::MAX, &mut rng);
+            assert!((6..=9).contains(&median), "{median}");
+        }
+        let quartiles =
+            sample_quantiles_recursive(&counts_of(&DATA, 20), &[0.25, 0.75], f64::MAX, &mut rng);
+        assert_eq!(quartiles.len(), 2);
     }
 
     #[test]
