@@ -48,7 +48,7 @@ fn argmax(scores: &ItemScores) -> Option<Datum> {
         ArgmaxMechanism::PermuteAndFlip => permute_and_flip(&utilities, temperature, rng),
     })?;
     // SAFETY: the items of a state are valid datums of its item type.
-    Some(unsafe { scores.item_type.copy(entries[winner].item) })
+    Some(unsafe { scores.item_type.copy(entries[winner].item.datum) })
 }
 
 #[cfg(any(test, feature = "pg_test"))]

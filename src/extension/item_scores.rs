@@ -6,7 +6,7 @@
 use super::aggregate::{self, final_state, Source, State};
 use super::arguments::{numeric_to_f64, return_datum, Argument, CallArguments};
 use super::forms::{Aggregate, Form};
-use super::items::ItemType;
+use super::items::{ItemType, StoredItem};
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
 use super::OrRaise;
@@ -93,7 +93,7 @@ pub struct RowArguments {
 pub struct ItemScores {
     pub item_type: ItemType,
     pub selection: Selection,
-    pub table: ScoreTable<Datum, ContextAllocator>,
+    pub table: ScoreTable<StoredItem, ContextAllocator>,
     /// Where the items and the table live: the aggregate's memory context.
     memory: MemoryContext,
     /// Scores are numeric datums (the numeric overloads), converted without error.
@@ -151,11 +151,15 @@ impl ItemScores {
         // SAFETY: `item` is valid, as the caller guarantees, and so is every stored item
         // (a copy in the state's memory context); the copy is made in that context.
         unsafe {
+            let key = item_type.key(item);
             self.table.add(
-                item_type.hash(item),
+                item_type.hash(key),
                 amount,
-                |&stored| item_type.equal(stored, item),
-                || PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item)),
+                |stored| item_type.matches(stored, key),
+                || {
+                    let copy = PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item));
+                    item_type.store(copy, key)
+                },
             );
         }
     }
@@ -293,7 +297,7 @@ impl State for ItemScores {
             // SAFETY: the items of a state are valid datums of its item type, which is
             // this state's (the parameters were compared, and the type is fixed by the
             // aggregate's signature).
-            unsafe { self.add(entry.item, entry.score) };
+            unsafe { self.add(entry.item.datum, entry.score) };
         }
         if !other.table.is_open() {
             self.table.close();
@@ -316,7 +320,7 @@ impl State for ItemScores {
             // SAFETY: the items of a state are valid datums of its item type.
             let length = unsafe {
                 self.item_type
-                    .write_image(entry.item, &mut serialized.images.0)
+                    .write_image(entry.item.datum, &mut serialized.images.0)
             };
             serialized.lengths.push(length);
         }
@@ -357,7 +361,9 @@ impl State for ItemScores {
             let item =
                 unsafe { PgMemoryContexts::For(memory).switch_to(|_| item_type.restore(image)) };
             // The items of a serialized table are distinct: no comparison needed.
-            scores.table.add(hash, score, |_| false, || item);
+            // SAFETY: a valid item of the type, just restored; it lives in `memory`.
+            let stored = item_type.store(item, unsafe { item_type.key(item) });
+            scores.table.add(hash, score, |_| false, || stored);
         }
         if !serialized.open {
             scores.table.close();

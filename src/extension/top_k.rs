@@ -7,6 +7,7 @@ use super::aggregate::transition;
 use super::forms::{DP_TOP_K, DP_TOP_K_UNKNOWN_DOMAIN};
 use super::guc;
 use super::item_scores::{final_function, ItemScores};
+use super::items::StoredItem;
 use crate::mechanisms::rng;
 use crate::mechanisms::scores::ItemScore;
 use crate::mechanisms::top_k::{limited_domain_top_k, one_shot_top_k, LimitedDomain};
@@ -14,8 +15,8 @@ use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
 
 /// The items at `order` of `entries`, as an array of the item type.
-fn items_array(scores: &ItemScores, entries: &[&ItemScore<Datum>], order: &[usize]) -> Datum {
-    let items: Vec<Datum> = order.iter().map(|&i| entries[i].item).collect();
+fn items_array(scores: &ItemScores, entries: &[&ItemScore<StoredItem>], order: &[usize]) -> Datum {
+    let items: Vec<Datum> = order.iter().map(|&i| entries[i].item.datum).collect();
     // SAFETY: the items of a state are valid datums of its item type.
     unsafe { scores.item_type.array(&items) }
 }
