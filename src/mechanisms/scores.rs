@@ -30,10 +30,10 @@ pub struct ItemScore<I> {
 
 /// Item scores: the items in the order they arrived, found through an open-addressing
 /// index (linear probing) of their hashes. A probe reads 8-byte slots until one has the
-/// row's hash, then the entry it names, with no call through a closure object (hashbrown's probe calls its comparison
-/// through `dyn FnMut`), and the entries of the items seen first, often the frequent
-/// ones, share cache lines. `A` allocates both arrays (the SQL layer passes PostgreSQL's
-/// aggregate memory context).
+/// row's hash, then the entry it names, and compares inline (hashbrown's probe compared
+/// through `dyn FnMut` and read every candidate slot's entry); the entries of the items
+/// seen first, often the frequent ones, share cache lines. `A` allocates both arrays (the
+/// SQL layer passes PostgreSQL's aggregate memory context).
 #[derive(Debug, Clone)]
 pub struct ScoreTable<I, A: Allocator + Clone = Global> {
     entries: AllocVec<ItemScore<I>, A>,
