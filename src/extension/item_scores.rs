@@ -156,10 +156,7 @@ impl ItemScores {
                 item_type.hash(key),
                 amount,
                 |stored| item_type.matches(stored, key),
-                || {
-                    let copy = PgMemoryContexts::For(memory).switch_to(|_| item_type.copy(item));
-                    item_type.store(copy, key)
-                },
+                || item_type.store(item_type.copy_into(item, memory), key),
             );
         }
     }

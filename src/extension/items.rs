@@ -58,9 +58,13 @@ unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
     }
 }
 
-/// An item as it is hashed and compared (see [`ItemType::key`]).
+/// An item as it is hashed and compared, made only by [`ItemType::key`] (so that a key
+/// always holds what its type's comparison reads, and `hash` can be safe).
 #[derive(Debug, Clone, Copy)]
-pub enum ItemKey<'a> {
+pub struct ItemKey<'a>(Key<'a>);
+
+#[derive(Debug, Clone, Copy)]
+enum Key<'a> {
     /// The bits of a by-value item that count.
     Bits(u64),
     /// The contents of a varlena, or the bytes of a fixed-length item.
@@ -69,7 +73,9 @@ pub enum ItemKey<'a> {
     Datum(Datum),
 }
 
-/// How many bytes of a key a stored item keeps beside its datum.
+/// How many bytes of a key a stored item keeps beside its datum: 15 makes a stored item
+/// 24 bytes and a table entry 32 (two a cache line). Longer keys (a uuid's 16 bytes
+/// among them) are compared where the copy lies.
 const INLINE: usize = 15;
 
 /// A stored item (a datum in the aggregate's memory) and, when its key is at most
@@ -200,40 +206,42 @@ impl ItemType {
     /// header parsed, and detoasted if need be, once rather than once a probe).
     ///
     /// # Safety
-    /// `item` must be a valid, non-NULL datum of this type that outlives the key.
+    /// `item` must be a valid, non-NULL datum of this type that outlives the key, and so
+    /// must the current memory context (a compressed or out-of-line item's key points
+    /// into its detoasted copy there).
     #[inline]
     pub unsafe fn key<'a>(&self, item: Datum) -> ItemKey<'a> {
         // SAFETY: a valid datum of this type (the caller's contract), read as the type's
         // comparison says: its bits, its varlena contents or its fixed bytes.
-        unsafe {
+        ItemKey(unsafe {
             match self.comparison {
-                Comparison::Bits { length } => ItemKey::Bits(Self::bits(item, length)),
-                Comparison::Bytes => ItemKey::Bytes(varlena_contents(item)),
-                Comparison::FixedBytes { length } => ItemKey::Bytes(std::slice::from_raw_parts(
+                Comparison::Bits { length } => Key::Bits(Self::bits(item, length)),
+                Comparison::Bytes => Key::Bytes(varlena_contents(item)),
+                Comparison::FixedBytes { length } => Key::Bytes(std::slice::from_raw_parts(
                     item.cast_mut_ptr::<u8>(),
                     length,
                 )),
-                Comparison::Operator => ItemKey::Datum(item),
+                Comparison::Operator => Key::Datum(item),
             }
-        }
+        })
     }
 
     /// The item's hash, equal for items that [`ItemType::matches`] says are equal.
     #[inline]
     pub fn hash(&self, key: ItemKey) -> u32 {
-        match key {
-            ItemKey::Bits(bits) => hash_bytes(&bits.to_ne_bytes()),
-            ItemKey::Bytes(bytes) => hash_bytes(bytes),
-            // SAFETY: a key of this type holds a valid datum of it; the type cache's hash
-            // function info lives as long as the backend.
-            ItemKey::Datum(item) => unsafe {
+        match key.0 {
+            Key::Bits(bits) => hash_bytes(&bits.to_ne_bytes()),
+            Key::Bytes(bytes) => hash_bytes(bytes),
+            // SAFETY: only `key` makes keys, from a valid datum of this type that outlives
+            // them; the type cache's hash function info lives as long as the backend.
+            Key::Datum(item) => unsafe {
                 pg_sys::FunctionCall1Coll(self.hash, self.collation, item).value() as u32
             },
         }
     }
 
-    /// `datum` (a copy that lives as long as the table) stored with its key, which is
-    /// `datum`'s own.
+    /// `datum` (a copy that lives as long as the table) stored with `key`, the key of an
+    /// item equal to it.
     #[inline]
     pub fn store(&self, datum: Datum, key: ItemKey) -> StoredItem {
         let mut stored = StoredItem {
@@ -241,7 +249,7 @@ impl ItemType {
             inline_length: u8::MAX,
             inline: [0; INLINE],
         };
-        if let ItemKey::Bytes(bytes) = key {
+        if let Key::Bytes(bytes) = key.0 {
             if bytes.len() <= INLINE {
                 stored.inline[..bytes.len()].copy_from_slice(bytes);
                 stored.inline_length = bytes.len() as u8;
@@ -259,8 +267,8 @@ impl ItemType {
     #[inline]
     pub unsafe fn matches(&self, stored: &StoredItem, key: ItemKey) -> bool {
         if stored.inline_length != u8::MAX {
-            return match key {
-                ItemKey::Bytes(bytes) => {
+            return match key.0 {
+                Key::Bytes(bytes) => {
                     same_bytes(&stored.inline[..stored.inline_length as usize], bytes)
                 }
                 _ => false,
@@ -269,16 +277,16 @@ impl ItemType {
         let stored = stored.datum;
         // SAFETY: as in `key`, for the stored item; `key` is this type's.
         unsafe {
-            match key {
-                ItemKey::Bits(bits) => bits == Self::bits(stored, self.bits_length()),
-                ItemKey::Bytes(bytes) => match self.comparison {
+            match key.0 {
+                Key::Bits(bits) => bits == Self::bits(stored, self.bits_length()),
+                Key::Bytes(bytes) => match self.comparison {
                     Comparison::FixedBytes { length } => same_bytes(
                         std::slice::from_raw_parts(stored.cast_mut_ptr::<u8>(), length),
                         bytes,
                     ),
                     _ => same_bytes(varlena_contents(stored), bytes),
                 },
-                ItemKey::Datum(item) => {
+                Key::Datum(item) => {
                     pg_sys::FunctionCall2Coll(self.equal, self.collation, stored, item).value() != 0
                 }
             }
@@ -318,6 +326,22 @@ impl ItemType {
             };
             std::slice::from_raw_parts(pointer, length)
         }
+    }
+
+    /// A copy of `item` in `memory`; a compressed or out-of-line item is detoasted in the
+    /// current memory context (a row's, reset soon), not in `memory`, so that only the
+    /// copy stays there.
+    ///
+    /// # Safety
+    /// `item` must be a valid, non-NULL datum of this type, `memory` a live context.
+    pub unsafe fn copy_into(&self, item: Datum, memory: pg_sys::MemoryContext) -> Datum {
+        if self.by_value {
+            return item;
+        }
+        // SAFETY: as the caller guarantees.
+        let image = unsafe { self.image(item) };
+        // SAFETY: a live context (the caller's contract) for the time of the copy.
+        unsafe { pgrx::PgMemoryContexts::For(memory).switch_to(|_| self.restore(image)) }
     }
 
     /// A copy of `item` in the current memory context.

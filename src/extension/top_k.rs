@@ -15,7 +15,7 @@ use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
 
 /// The items at `order` of `entries`, as an array of the item type.
-fn items_array(scores: &ItemScores, entries: &[&ItemScore<StoredItem>], order: &[usize]) -> Datum {
+fn items_array(scores: &ItemScores, entries: &[ItemScore<StoredItem>], order: &[usize]) -> Datum {
     let items: Vec<Datum> = order.iter().map(|&i| entries[i].item.datum).collect();
     // SAFETY: the items of a state are valid datums of its item type.
     unsafe { scores.item_type.array(&items) }
@@ -368,5 +368,70 @@ mod tests {
         // 'x' (2) with probability about e^-14.6.
         let answers = frequencies(query);
         assert_eq!(answers.get("{star}"), Some(&2000), "{answers:?}");
+    }
+
+    /// Items of every length around the inline keys (1 to 40 bytes), one compressed in
+    /// place and one stored out of line, each counted as often as its rank: the rows
+    /// (1-byte headers, compressed, external) and the candidates (4-byte-header constants)
+    /// must find the same items, serially and in a parallel plan, whose workers' states
+    /// are serialized and merged. At ε = 10^9 the order of the top k is the order of the
+    /// counts.
+    #[pg_test]
+    fn items_of_every_storage_are_one_item_each() {
+        let mut word = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: String = (0..3000)
+            .map(|_| {
+                word = word
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                char::from(b'a' + (word >> 59) as u8 % 26)
+            })
+            .collect();
+        let compressible = "y".repeat(5000);
+        let mut items: Vec<String> = (1..=40).map(|length| "a".repeat(length)).collect();
+        items.push(compressible.clone());
+        items.push(noise.clone());
+        run(&[
+            "CREATE TABLE stored(item text)",
+            "INSERT INTO stored SELECT repeat('a', length) FROM generate_series(1, 40) length,
+                 generate_series(1, length)",
+            &format!("INSERT INTO stored SELECT '{compressible}' FROM generate_series(1, 41)"),
+            &format!("INSERT INTO stored SELECT '{noise}' FROM generate_series(1, 42)"),
+        ]);
+        let forms = column(
+            "SELECT format('%s %s', pg_column_compression(item) IS NOT NULL,
+                           pg_column_size(item) < 1000)
+               FROM stored WHERE length(item) > 40 GROUP BY 1 ORDER BY 1",
+        );
+        assert_eq!(
+            forms.len(),
+            2,
+            "one compressed in place, one out of line: {forms:?}"
+        );
+        let lengths =
+            |query: &str| column(&format!("SELECT length(x)::text FROM unnest(({query})) x"));
+        let expected: Vec<String> = [3000, 5000]
+            .into_iter()
+            .chain((1..=40).rev())
+            .map(|length: usize| length.to_string())
+            .collect();
+        let candidates = format!(
+            "ARRAY[{}]",
+            items
+                .iter()
+                .map(|item| format!("'{item}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let open = "SELECT dp_top_k(item, 1, 42, 1e9) FROM stored";
+        let listed = format!("SELECT dp_top_k(item, 1, 42, 1e9, 1, {candidates}) FROM stored");
+        for query in [open, &listed] {
+            assert_eq!(lengths(query), expected, "{query}");
+        }
+        force_parallel_plans();
+        for query in [open, &listed] {
+            assert_parallel(query);
+            assert_eq!(lengths(query), expected, "in parallel: {query}");
+        }
     }
 }

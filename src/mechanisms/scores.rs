@@ -19,13 +19,20 @@ pub fn contribution(score: Option<f64>, max_score: f64) -> f64 {
     }
 }
 
-/// One item and its score.
-#[derive(Debug, Clone)]
-pub struct ItemScore<I> {
+/// One item, its hash and its score, as [`ScoreTable::iter`] lists them.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemScore<'a, I> {
     pub hash: u32,
-    pub item: I,
+    pub item: &'a I,
     /// Σ of the contributions, in units of max_score.
     pub score: f64,
+}
+
+/// An item and its score as the table keeps them (its hash is in its slot).
+#[derive(Debug, Clone)]
+struct Entry<I> {
+    item: I,
+    score: f64,
 }
 
 /// Item scores: the items in the order they arrived, found through an open-addressing
@@ -36,12 +43,13 @@ pub struct ItemScore<I> {
 /// SQL layer passes PostgreSQL's aggregate memory context).
 #[derive(Debug, Clone)]
 pub struct ScoreTable<I, A: Allocator + Clone = Global> {
-    entries: AllocVec<ItemScore<I>, A>,
+    entries: AllocVec<Entry<I>, A>,
     /// An item's hash in the high 32 bits and 1 + its position in `entries` in the low
     /// ones, 0 for an empty slot: a probe passes other items' slots without reading their
-    /// entries (a cache miss each once the entries outgrow the cache). A power of two
-    /// long, at least four times the entries: a probe then reads 1.17 slots on average
-    /// (1.5 at twice; a mispredicted branch each time it reads more than one).
+    /// entries (a cache miss each once the entries outgrow the cache). None until the
+    /// first item (a group's empty state allocates nothing); then a power of two long, at
+    /// least twice the entries, so that a probe for an item present reads at most 1.5
+    /// slots on average (Knuth, TAOCP 6.4).
     slots: AllocVec<u64, A>,
     /// False once the candidate set is fixed: rows of other items are then ignored.
     open: bool,
@@ -61,15 +69,13 @@ impl<I> ScoreTable<I> {
 }
 
 impl<I, A: Allocator + Clone> ScoreTable<I, A> {
-    const FIRST_SLOTS: usize = 16;
+    const FIRST_SLOTS: usize = 4;
 
     /// An empty table that accepts any item, allocating with `allocator`.
     pub fn new_in(allocator: A) -> Self {
-        let mut slots = AllocVec::new_in(allocator.clone());
-        slots.resize(Self::FIRST_SLOTS, 0);
         Self {
-            entries: AllocVec::new_in(allocator),
-            slots,
+            entries: AllocVec::new_in(allocator.clone()),
+            slots: AllocVec::new_in(allocator),
             open: true,
         }
     }
@@ -95,12 +101,12 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
         mut same: impl FnMut(&I) -> bool,
         new_item: impl FnOnce() -> I,
     ) -> bool {
-        let mask = self.slots.len() - 1;
+        let mask = self.slots.len().wrapping_sub(1);
         let mut at = hash as usize & mask;
-        loop {
-            let slot = self.slots[at];
+        // None only before the first item, when there are no slots.
+        while let Some(&slot) = self.slots.get(at) {
             if slot == 0 {
-                return self.insert(hash, amount, new_item, at);
+                break;
             }
             if (slot >> 32) as u32 == hash {
                 let entry = &mut self.entries[(slot as u32 - 1) as usize];
@@ -111,54 +117,71 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
             }
             at = (at + 1) & mask;
         }
+        self.insert(hash, amount, new_item, at)
     }
 
-    /// A row of an item not yet in the table, whose probe ended at the empty slot `at`:
-    /// kept out of line, so that the path of a row whose item is there (nearly every
-    /// row) stays short.
+    /// A row of an item not yet in the table, whose probe ended at the empty slot `at`
+    /// (or found no slots): kept out of line, so that the path of a row whose item is
+    /// there (nearly every row) stays short.
     #[cold]
     #[inline(never)]
-    fn insert(&mut self, hash: u32, amount: f64, new_item: impl FnOnce() -> I, at: usize) -> bool {
+    fn insert(
+        &mut self,
+        hash: u32,
+        amount: f64,
+        new_item: impl FnOnce() -> I,
+        mut at: usize,
+    ) -> bool {
         if !self.open {
             return false;
         }
-        self.entries.push(ItemScore {
-            hash,
+        if self.slots.is_empty() {
+            self.slots.resize(Self::FIRST_SLOTS, 0);
+            at = hash as usize & (Self::FIRST_SLOTS - 1);
+        }
+        self.entries.push(Entry {
             item: new_item(),
             score: amount,
         });
-        self.slots[at] = Self::slot(hash, self.entries.len() - 1);
-        if 4 * self.entries.len() > self.slots.len() {
+        let position = u32::try_from(self.entries.len()).expect("at most 2^32 - 1 items");
+        self.slots[at] = (hash as u64) << 32 | position as u64;
+        if 2 * self.entries.len() > self.slots.len() {
             self.grow();
         }
         true
     }
 
-    /// Doubles the slots and places every entry again.
+    /// Doubles the slots and places every item's slot again.
     fn grow(&mut self) {
         let size = 2 * self.slots.len();
-        self.slots.clear();
-        self.slots.resize(size, 0);
+        let mut slots = AllocVec::with_capacity_in(size, self.slots.allocator().clone());
+        slots.resize(size, 0);
         let mask = size - 1;
-        for (position, entry) in self.entries.iter().enumerate() {
-            let mut at = entry.hash as usize & mask;
-            while self.slots[at] != 0 {
+        for &slot in self.slots.iter().filter(|&&slot| slot != 0) {
+            let mut at = (slot >> 32) as usize & mask;
+            while slots[at] != 0 {
                 at = (at + 1) & mask;
             }
-            self.slots[at] = Self::slot(entry.hash, position);
+            slots[at] = slot;
         }
+        self.slots = slots;
     }
 
-    /// The slot of the entry at `position`, whose item has this hash.
-    fn slot(hash: u32, position: usize) -> u64 {
-        let position = u32::try_from(position + 1).expect("fewer than 2^32 - 1 items");
-        (hash as u64) << 32 | position as u64
-    }
-
-    /// The items and their scores, in the order they arrived (fixed for a given sequence
-    /// of additions).
-    pub fn iter(&self) -> impl Iterator<Item = &ItemScore<I>> {
-        self.entries.iter()
+    /// The items, their hashes and their scores, in the order the items arrived (fixed
+    /// for a given sequence of additions).
+    pub fn iter(&self) -> impl Iterator<Item = ItemScore<'_, I>> {
+        let mut hashes = vec![0u32; self.entries.len()];
+        for &slot in self.slots.iter().filter(|&&slot| slot != 0) {
+            hashes[(slot as u32 - 1) as usize] = (slot >> 32) as u32;
+        }
+        self.entries
+            .iter()
+            .zip(hashes)
+            .map(|(entry, hash)| ItemScore {
+                hash,
+                item: &entry.item,
+                score: entry.score,
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -230,7 +253,7 @@ mod tests {
             assert_eq!(table.len(), 3000);
             assert!(table.iter().all(|e| e.score == round as f64));
         }
-        assert!(table.iter().map(|e| e.item).eq(0..3000));
+        assert!(table.iter().map(|e| *e.item).eq(0..3000));
     }
 
     #[test]
