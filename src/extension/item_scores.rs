@@ -146,7 +146,7 @@ impl ItemScores {
     /// `item` must be a valid, non-NULL datum of the state's item type.
     #[inline]
     unsafe fn add(&mut self, item: Datum, amount: f64) {
-        let item_type = self.item_type;
+        let item_type = &self.item_type;
         let memory = self.memory;
         // SAFETY: `item` is valid, as the caller guarantees, and so is every stored item
         // (a copy in the state's memory context); the copy is made in that context.

@@ -40,7 +40,7 @@ fn hash_bytes(bytes: &[u8]) -> u32 {
 ///
 /// # Safety
 /// `item` must be a valid, non-NULL varlena datum that outlives the returned slice.
-#[inline]
+#[inline(always)]
 unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
     // SAFETY: a valid varlena (the caller's contract) is read where it lies when inline,
     // else detoasted into a copy that lives as long as the current memory context.
