@@ -1,0 +1,355 @@
+//! Counts of values at and between grid points, as two histograms.
+
+use super::cells::*;
+use super::grid::Place;
+use allocator_api2::alloc::{Allocator, Global};
+use allocator_api2::boxed::Box as AllocBox;
+use allocator_api2::vec::Vec as AllocVec;
+
+/// Counts of values per grid cell: memory O(min(n, K)), at most K + 1 bytes plus the
+/// carries of cells holding 256 values or more.
+#[derive(Debug, Clone)]
+#[repr(C)] // the fields a row touches first (issue 22)
+pub struct Histogram<A: Allocator + Clone = Global> {
+    pub(super) total: u64,
+    pub(super) cells: Cells<A>,
+    pub(super) grid_size: u32,
+    pub(super) allocator: A,
+}
+
+impl Histogram<Global> {
+    pub fn new(grid_size: u32) -> Self {
+        Self::new_in(grid_size, Global)
+    }
+}
+
+impl<A: Allocator + Clone> Histogram<A> {
+    pub fn new_in(grid_size: u32, allocator: A) -> Self {
+        Self {
+            cells: Cells::Sparse(SparseCells::new_in(allocator.clone())),
+            grid_size,
+            total: 0,
+            allocator,
+        }
+    }
+
+    /// Counts one value in `cell`.
+    pub fn add(&mut self, cell: u32) {
+        debug_assert!(cell <= self.grid_size);
+        self.total += 1;
+        match &mut self.cells {
+            Cells::Dense(dense) => dense.push(cell),
+            // Only a merge can make the sorted counts too many.
+            Cells::Sparse(sparse) => match sparse.push(cell) {
+                Ok(false) => {}
+                Ok(true) if sparse.sorted.len() as u64 <= (self.grid_size as u64 + 1) / 16 => {}
+                _ => self.densify(),
+            },
+        }
+    }
+
+    /// Adds counts per cell, sorted by cell (another histogram of the same grid:
+    /// histograms of disjoint rows add up).
+    pub fn add_counts(&mut self, occupied: &[(u32, u64)]) {
+        self.total += occupied.iter().map(|&(_, n)| n).sum::<u64>();
+        if let Cells::Sparse(sparse) = &mut self.cells {
+            match sparse
+                .compact()
+                .and_then(|()| sparse.merge_sorted(occupied))
+            {
+                Ok(()) => {
+                    if sparse.sorted.len() as u64 > (self.grid_size as u64 + 1) / 16 {
+                        self.densify();
+                    }
+                    return;
+                }
+                Err(CountOverflow) => self.densify(),
+            }
+        }
+        if let Cells::Dense(dense) = &mut self.cells {
+            for &(cell, count) in occupied {
+                dense.add(cell, count);
+            }
+        }
+    }
+
+    /// Adds every count of `other` (same grid). Two dense histograms add counter by
+    /// counter (O(K), no list of a million cells in between).
+    pub fn merge<B: Allocator + Clone>(&mut self, other: &Histogram<B>) {
+        let Cells::Dense(theirs) = &other.cells else {
+            return self.add_counts(&other.occupied());
+        };
+        self.densify();
+        self.total += other.total;
+        let Cells::Dense(ours) = &mut self.cells else {
+            unreachable!("just made dense");
+        };
+        ours.add_dense(
+            &theirs.low,
+            theirs.carries.iter().map(|(&c, &n)| (c, n)),
+            theirs.pending(),
+        );
+    }
+
+    /// The histogram as bytes (little-endian): a tag, then the occupied cells and counts
+    /// (sparse), or the byte counters, the carries and the pending cells (dense).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let put_u32 = |bytes: &mut Vec<u8>, n: u32| bytes.extend_from_slice(&n.to_le_bytes());
+        match &self.cells {
+            Cells::Sparse(sparse) => {
+                let occupied = sparse.occupied();
+                bytes.push(0);
+                put_u32(&mut bytes, occupied.len() as u32);
+                for (cell, count) in occupied {
+                    put_u32(&mut bytes, cell);
+                    bytes.extend_from_slice(&count.to_le_bytes());
+                }
+            }
+            Cells::Dense(dense) => {
+                bytes.push(1);
+                bytes.extend_from_slice(&dense.low);
+                put_u32(&mut bytes, dense.carries.len() as u32);
+                for (&cell, &carry) in &dense.carries {
+                    put_u32(&mut bytes, cell);
+                    bytes.extend_from_slice(&carry.to_le_bytes());
+                }
+                put_u32(&mut bytes, dense.pending().len() as u32);
+                for &cell in dense.pending() {
+                    put_u32(&mut bytes, cell);
+                }
+            }
+        }
+        bytes
+    }
+
+    /// A histogram from [`Histogram::to_bytes`] of the same grid. Panics on bytes it did
+    /// not write.
+    pub fn from_bytes(grid_size: u32, bytes: &[u8], allocator: A) -> Self {
+        let mut reader = Reader(bytes);
+        let mut histogram = Self::new_in(grid_size, allocator);
+        match reader.take(1)[0] {
+            0 => {
+                let count = reader.u32() as usize;
+                let occupied: Vec<(u32, u64)> =
+                    (0..count).map(|_| (reader.u32(), reader.u64())).collect();
+                histogram.add_counts(&occupied);
+            }
+            _ => {
+                let low = reader.take(grid_size as usize + 1);
+                let carries: Vec<(u32, u64)> = (0..reader.u32())
+                    .map(|_| (reader.u32(), reader.u64()))
+                    .collect();
+                let pending: Vec<u32> = (0..reader.u32()).map(|_| reader.u32()).collect();
+                histogram.total = low.iter().map(|&n| n as u64).sum::<u64>()
+                    + 256 * carries.iter().map(|&(_, n)| n).sum::<u64>()
+                    + pending.len() as u64;
+                histogram.densify();
+                let Cells::Dense(dense) = &mut histogram.cells else {
+                    unreachable!("just made dense");
+                };
+                dense.add_dense(low, carries.into_iter(), &pending);
+            }
+        }
+        histogram
+    }
+
+    /// Replaces the sparse cells (sorted and pending) by dense counters.
+    pub(super) fn densify(&mut self) {
+        let Cells::Sparse(sparse) = &self.cells else {
+            return;
+        };
+        let mut dense = DenseCells::new_in(self.grid_size, self.allocator.clone());
+        for &(cell, count) in &sparse.sorted {
+            dense.add(cell, count as u64);
+        }
+        for &cell in &sparse.pending {
+            dense.add(cell, 1);
+        }
+        self.cells = Cells::Dense(AllocBox::new_in(dense, self.allocator.clone()));
+    }
+
+    /// The number of values counted.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    pub fn grid_size(&self) -> u32 {
+        self.grid_size
+    }
+
+    /// The occupied cells and their counts, by cell: O(occupied) (the dense form is only
+    /// used once a sixteenth of the grid is occupied).
+    pub fn occupied(&self) -> Vec<(u32, u64)> {
+        self.iter_occupied().collect()
+    }
+
+    /// [`Histogram::occupied`] as an iterator: no list of a million cells for a dense
+    /// histogram.
+    pub fn iter_occupied(&self) -> Box<dyn Iterator<Item = (u32, u64)> + '_> {
+        match &self.cells {
+            Cells::Sparse(sparse) => Box::new(sparse.occupied().into_iter()),
+            Cells::Dense(dense) => Box::new(dense.iter()),
+        }
+    }
+
+    /// Bytes held by the histogram's tables (not counting the struct itself).
+    pub fn allocated_bytes(&self) -> usize {
+        match &self.cells {
+            Cells::Dense(dense) => dense.allocated_bytes(),
+            Cells::Sparse(sparse) => sparse.allocated_bytes(),
+        }
+    }
+}
+
+/// Counts of values where they lie on a grid of K + 1 points: at each grid point, and
+/// strictly between each two. Two histograms, each dense only when a sixteenth of its
+/// places is occupied, so that a column whose values fall between grid points (most float
+/// columns) or on them (whole numbers on a whole-number grid) holds about K + 1 one-byte
+/// counters, as one histogram of nearest points did.
+#[derive(Debug, Clone)]
+#[repr(C)] // float values fall between points: that histogram first (issue 22)
+pub struct GridCounts<A: Allocator + Clone = Global> {
+    pub(super) between: Histogram<A>,
+    pub(super) at: Histogram<A>,
+}
+
+impl GridCounts<Global> {
+    pub fn new(grid_size: u32) -> Self {
+        Self::new_in(grid_size, Global)
+    }
+}
+
+impl<A: Allocator + Clone> GridCounts<A> {
+    pub fn new_in(grid_size: u32, allocator: A) -> Self {
+        Self {
+            at: Histogram::new_in(grid_size, allocator.clone()),
+            // Places between j and j + 1 for j = 0..K: K cells, numbered 0..=K − 1.
+            between: Histogram::new_in(grid_size.saturating_sub(1), allocator),
+        }
+    }
+
+    /// Counts one value at `place`.
+    #[inline]
+    pub fn add(&mut self, place: Place) {
+        match place {
+            Place::At(j) => self.at.add(j),
+            Place::Between(j) => self.between.add(j),
+        }
+    }
+
+    /// Adds every count of `other` (same grid).
+    pub fn merge<B: Allocator + Clone>(&mut self, other: &GridCounts<B>) {
+        self.at.merge(&other.at);
+        self.between.merge(&other.between);
+    }
+
+    /// The number of values counted.
+    pub fn total(&self) -> u64 {
+        self.at.total() + self.between.total()
+    }
+
+    /// K: grid points 0..=K.
+    pub fn grid_size(&self) -> u32 {
+        self.at.grid_size()
+    }
+
+    /// The occupied places as (half cell, count), by half cell ([`Place::half_cell`]).
+    pub fn iter_occupied(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut at = self
+            .at
+            .iter_occupied()
+            .map(|(j, n)| (Place::At(j).half_cell(), n))
+            .peekable();
+        let mut between = self
+            .between
+            .iter_occupied()
+            .map(|(j, n)| (Place::Between(j).half_cell(), n))
+            .peekable();
+        std::iter::from_fn(move || match (at.peek(), between.peek()) {
+            (Some(a), Some(b)) if a.0 < b.0 => at.next(),
+            (_, Some(_)) => between.next(),
+            (Some(_), None) => at.next(),
+            (None, None) => None,
+        })
+    }
+
+    /// [`GridCounts::iter_occupied`] as a list when both histograms are sparse (at most a
+    /// sixteenth of the grid each); None when one is dense.
+    pub fn sparse_occupied(&self) -> Option<Vec<(u64, u64)>> {
+        let (Cells::Sparse(at), Cells::Sparse(between)) = (&self.at.cells, &self.between.cells)
+        else {
+            return None;
+        };
+        debug_assert!(self.grid_size() <= 1 << 24, "half cells fit in u32");
+        // Both histograms' pending cells as half cells (below 2^26: K ≤ 2^24), sorted
+        // once together, then merged with their sorted counts. A copy on the Rust heap:
+        // a final function must not change the state.
+        let mut pending: AllocVec<u32, Global> =
+            AllocVec::with_capacity_in(at.pending.len() + between.pending.len(), Global);
+        pending.extend(at.pending.iter().map(|&j| 2 * j));
+        pending.extend(between.pending.iter().map(|&j| 2 * j + 1));
+        sort_cells(&mut pending);
+        let sorted = merge_join(
+            at.sorted.iter().map(|&(j, n)| (2 * j, n as u64)),
+            between.sorted.iter().map(|&(j, n)| (2 * j + 1, n as u64)),
+        );
+        let incoming = pending
+            .chunk_by(|a, b| a == b)
+            .map(|run| (run[0], run.len() as u64));
+        Some(
+            merge_join(sorted, incoming)
+                .map(|(half_cell, n)| (half_cell as u64, n))
+                .collect(),
+        )
+    }
+
+    /// [`GridCounts::iter_occupied`] as a list.
+    #[cfg(test)]
+    pub fn occupied(&self) -> Vec<(u64, u64)> {
+        self.iter_occupied().collect()
+    }
+
+    /// Both histograms' encodings, each after its length.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for histogram in [&self.at, &self.between] {
+            let encoded = histogram.to_bytes();
+            bytes.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&encoded);
+        }
+        bytes
+    }
+
+    /// Counts from [`GridCounts::to_bytes`] of the same grid. Panics on bytes it did not
+    /// write.
+    pub fn from_bytes(grid_size: u32, bytes: &[u8], allocator: A) -> Self {
+        let mut reader = Reader(bytes);
+        let mut histogram = |size: u32| {
+            let length = reader.u64() as usize;
+            Histogram::from_bytes(size, reader.take(length), allocator.clone())
+        };
+        let at = histogram(grid_size);
+        let between = histogram(grid_size.saturating_sub(1));
+        Self { at, between }
+    }
+}
+
+/// Reads the fields [`Histogram::to_bytes`] wrote.
+pub(super) struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub(super) fn take(&mut self, length: usize) -> &'a [u8] {
+        let (taken, rest) = self.0.split_at(length);
+        self.0 = rest;
+        taken
+    }
+
+    pub(super) fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
+    }
+
+    pub(super) fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().expect("8 bytes"))
+    }
+}

@@ -1,0 +1,430 @@
+//! Draws from the counts: the runs of equal utility and the exponential mechanism over
+//! them, for one quantile and for several (recursive splitting).
+
+use super::counts::GridCounts;
+use super::grid::Place;
+use crate::mechanisms::gumbel::{lazy_gumbel_max, streamed_lazy_gumbel_max, CONTENDING};
+use allocator_api2::alloc::Allocator;
+use rand::{Rng, RngCore};
+
+/// The temperature of the quantile utility: its range 2·max(α, 1−α) over ε.
+pub fn temperature(alpha: f64, epsilon: f64) -> f64 {
+    2.0 * alpha.max(1.0 - alpha) / epsilon
+}
+
+/// A run of grid points [first, last] that share one utility.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Run {
+    pub first: u32,
+    pub last: u32,
+    pub utility: f64,
+    /// Whether (1−α)·#{x < c} − α·#{x > c} ≥ 0 here. That difference never decreases
+    /// along the grid (nor does its rounding: each operation rounds monotonically), so
+    /// from the first run past it the utility −|difference| never increases.
+    pub(super) past_crossing: bool,
+}
+
+impl Run {
+    pub(super) fn length(&self) -> u32 {
+        self.last - self.first + 1
+    }
+
+    /// ln(length): the log-weight of the run as one candidate, beyond its utility.
+    pub(super) fn log_length(&self) -> f64 {
+        match self.length() {
+            1 => 0.0,
+            length => (length as f64).ln(),
+        }
+    }
+
+    /// ln 2·⌈log₂ length⌉ ≥ ln(length), without a logarithm.
+    pub(super) fn log_length_bound(&self) -> f64 {
+        let bits = u32::BITS - (self.length() - 1).leading_zeros();
+        bits as f64 * std::f64::consts::LN_2
+    }
+}
+
+/// The runs of equal utility over the whole grid 0..=K, given the occupied places by
+/// half cell ([`Place::half_cell`]) and their total. A stream, so that a dense histogram
+/// never becomes a list of runs.
+pub fn runs(
+    occupied: impl Iterator<Item = (u64, u64)>,
+    total: u64,
+    grid_size: u32,
+    alpha: f64,
+) -> impl Iterator<Item = Run> {
+    runs_between(occupied, total, 0, grid_size, alpha)
+}
+
+/// The runs of equal utility over the grid points first..=last, given the occupied
+/// places in that range (by half cell) and their total: before each occupied place, the
+/// points not yet covered, which see it above them; a point with values at it, alone; and
+/// the points after the last place. #{x < c} counts the places before c's own half cell,
+/// #{x > c} those after it.
+pub fn runs_between(
+    occupied: impl Iterator<Item = (u64, u64)>,
+    total: u64,
+    first: u32,
+    last: u32,
+    alpha: f64,
+) -> impl Iterator<Item = Run> {
+    // Counts convert through i64 (one instruction; u64 takes a dozen), the same value for
+    // any count below 2^63.
+    let run = move |first: u32, last: u32, below: u64, above: u64| {
+        let difference = (1.0 - alpha) * below as i64 as f64 - alpha * above as i64 as f64;
+        Run {
+            first,
+            last,
+            utility: -difference.abs(),
+            past_crossing: difference >= 0.0,
+        }
+    };
+    let (mut next, mut below) = (first, 0u64);
+    let mut occupied = occupied.map(Some).chain(std::iter::once(None));
+    let mut point_run: Option<Run> = None;
+    std::iter::from_fn(move || loop {
+        if let Some(run) = point_run.take() {
+            return Some(run);
+        }
+        match occupied.next()? {
+            Some((half_cell, count)) => {
+                let place = Place::of_half_cell(half_cell);
+                // The points before the place that no run covers yet: up to j − 1 for a
+                // value at j, up to j for a value between j and j + 1.
+                let (gap_end, point) = match place {
+                    Place::At(j) => (j, j),
+                    Place::Between(j) => (j + 1, j),
+                };
+                let gap = (gap_end > next).then(|| run(next, gap_end - 1, below, total - below));
+                if let Place::At(j) = place {
+                    point_run = Some(run(j, j, below, total - below - count));
+                }
+                below += count;
+                next = next.max(point + 1);
+                if gap.is_some() {
+                    return gap;
+                }
+            }
+            None => {
+                return (next <= last).then(|| {
+                    let after = run(next, last, below, 0);
+                    next = last + 1;
+                    after
+                });
+            }
+        }
+    })
+}
+
+/// Samples a grid index j with probability ∝ exp(u(c_j) / temperature): Gumbel-max over
+/// the runs with log-weight ln(length) + utility/temperature, then a uniform point of the
+/// chosen run.
+pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
+    counts: &GridCounts<A>,
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> u32 {
+    let (total, grid_size) = (counts.total(), counts.grid_size());
+    // The draw reads the places twice: a sparse histogram's are listed once (both halves
+    // sorted together), a dense one's streamed from its counters each time.
+    match counts.sparse_occupied() {
+        Some(occupied) => sample_between(
+            || occupied.iter().copied(),
+            total,
+            0,
+            grid_size,
+            alpha,
+            epsilon,
+            rng,
+        ),
+        None => sample_between(
+            || counts.iter_occupied(),
+            total,
+            0,
+            grid_size,
+            alpha,
+            epsilon,
+            rng,
+        ),
+    }
+}
+
+/// Samples a grid index in first..=last for the α-quantile of the occupied places given
+/// (all within that range, `total` values in all), at ε.
+pub(super) fn sample_between<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
+    occupied: impl Fn() -> I,
+    total: u64,
+    first: u32,
+    last: u32,
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> u32 {
+    let range = (first, last, MAX_LISTED);
+    sample_listing_at_most(occupied, total, range, alpha, epsilon, rng)
+}
+
+/// [`sample_between`], listing at most `max_listed` contenders (`range`: first, last and
+/// that bound).
+pub(super) fn sample_listing_at_most<I: Iterator<Item = (u64, u64)>, R: RngCore + ?Sized>(
+    occupied: impl Fn() -> I,
+    total: u64,
+    (first, last, max_listed): (u32, u32, usize),
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> u32 {
+    let temperature = temperature(alpha, epsilon);
+    // Gumbel-max over the runs, log-weight w = ln(length) + u/T, shifted by the largest
+    // u/T (a lower bound of the largest w, since ln(length) ≥ 0): the same argmax. The
+    // first pass finds the largest utility `top`; the second lists the contenders:
+    // ln(length) ≤ ln 2·⌈log₂ length⌉ bounds w, and a run whose bound falls more than
+    // CONTENDING below top/T cannot win (gumbel.rs). The race keys only the contenders
+    // whose noise could carry them past the leader (lazy_gumbel_max).
+    //
+    // Past the crossing utilities only fall (Run::past_crossing): the first pass stops at
+    // the first run past it that does not raise `top`, the second once no later run can
+    // contend (its length is at most the range's). For a median, about one pass in all.
+    let runs = || runs_between(occupied(), total, first, last, alpha);
+    let mut top = f64::NEG_INFINITY;
+    for run in runs() {
+        // Utilities are never NaN: a plain comparison, not f64::max's NaN handling.
+        if run.utility > top {
+            top = run.utility;
+        } else if run.past_crossing {
+            break;
+        }
+    }
+    // (u − top)/T: 0 for the best run at any temperature (ε up to f64::MAX).
+    let scaled = |run: &Run| (run.utility - top) / temperature;
+    let longest = Run {
+        first,
+        last,
+        utility: top,
+        past_crossing: false,
+    }
+    .log_length_bound();
+    let contending = || {
+        runs()
+            .take_while(|run| !(run.past_crossing && scaled(run) + longest < -CONTENDING))
+            .filter_map(|run| {
+                let bound = scaled(&run) + run.log_length_bound();
+                (bound >= -CONTENDING).then_some((run, bound))
+            })
+    };
+    let exact = |run: &Run| scaled(run) + run.log_length();
+    // Listed when they are few (the leader keyed first: fewest logarithms); streamed when
+    // a tiny ε·n makes most of the grid contend, so that no list of millions is made.
+    let listed: Vec<(Run, f64)> = contending().take(max_listed + 1).collect();
+    let chosen = if listed.len() <= max_listed {
+        lazy_gumbel_max(&listed, exact, rng).map(|winner| listed[winner].0)
+    } else {
+        drop(listed);
+        streamed_lazy_gumbel_max(contending(), exact, rng)
+    }
+    .expect("the range has at least one point");
+    rng.random_range(chosen.first..=chosen.last)
+}
+
+/// The most contenders a draw lists (128 KiB of them); beyond, it streams them.
+pub(super) const MAX_LISTED: usize = 1 << 12;
+
+/// How many levels the recursive method splits ε over for m quantiles: ⌈log₂(m + 1)⌉.
+pub fn recursive_levels(m: usize) -> u32 {
+    (usize::BITS - m.leading_zeros()).max(1)
+}
+
+/// Answers for several quantiles from one histogram by recursive splitting (Kaplan,
+/// Schnapp and Stemmer, "Differentially Private Approximate Quantiles", ICML 2022): the
+/// middle quantile is sampled on all values; the values at or below its answer and the
+/// grid points up to it serve the quantiles below it, with α rescaled to α/α_mid, and
+/// those above serve the ones above, with (α − α_mid)/(1 − α_mid); and so on.
+///
+/// Rescaling assumes the values at or below an answer are about α_mid of them, which
+/// fails where many values share one place (half of Adult's hours are 40). So ties are
+/// broken at random first: each grid point is cut into R refined points and each value
+/// at it placed at one of them, uniformly and independently; each value between grid
+/// points j and j + 1 is placed likewise in one of the R gaps that follow j's refined
+/// points. Answers on the refined grid are reported as the grid point they belong to (so
+/// a refined candidate reporting c_j may count a value a little above c_j as below it:
+/// the rank error of a tie, which is what the refinement trades for balanced splits).
+///
+/// Privacy: the random placement is per value and independent of the others, so the
+/// refined values of neighbouring inputs are neighbours (couple the placements of the
+/// common values); reporting the grid point is post-processing. On the refined values,
+/// each level's subproblems see disjoint sets of values, split by answers already
+/// released, so one row added or removed changes one subproblem per level, which is
+/// ε/L-DP (its own exponential mechanism, with the temperature of its rescaled α);
+/// L = ⌈log₂(m + 1)⌉ levels compose to ε. Answers come out non-decreasing in α, in the
+/// order of `alphas`.
+pub fn sample_quantiles_recursive<A: Allocator + Clone, R: RngCore + ?Sized>(
+    counts: &GridCounts<A>,
+    alphas: &[f64],
+    epsilon: f64,
+    rng: &mut R,
+) -> Vec<u32> {
+    // One quantile has no split to come: it is dp_quantile at the whole ε.
+    let refinement = match alphas.len() {
+        1 => 1,
+        _ => refinement(counts.grid_size()),
+    };
+    sample_quantiles_refined(counts, alphas, epsilon, refinement, rng)
+}
+
+/// Refined points per grid point: up to 1,024, as many as keep the refined grid within
+/// 2^31 points.
+pub fn refinement(grid_size: u32) -> u32 {
+    ((1u64 << 31) / (grid_size as u64 + 1)).clamp(1, 1 << 10) as u32
+}
+
+/// [`sample_quantiles_recursive`] with `refinement` refined points per grid point (1:
+/// ties are not broken).
+pub fn sample_quantiles_refined<A: Allocator + Clone, R: RngCore + ?Sized>(
+    counts: &GridCounts<A>,
+    alphas: &[f64],
+    epsilon: f64,
+    refinement: u32,
+    rng: &mut R,
+) -> Vec<u32> {
+    let mut sorted: Vec<(usize, f64)> = alphas.iter().copied().enumerate().collect();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let refined = break_ties(counts.iter_occupied(), refinement, rng);
+    let level_epsilon = epsilon / recursive_levels(alphas.len()) as f64;
+    let mut answers = vec![0; alphas.len()];
+    let problem = Subproblem {
+        alphas: sorted,
+        first: 0,
+        last: (counts.grid_size() + 1) * refinement - 1,
+        occupied: &refined,
+    };
+    problem.solve(level_epsilon, &mut answers, rng);
+    answers.iter().map(|&point| point / refinement).collect()
+}
+
+/// The occupied places on the refined grid, by half cell: each value at grid point j
+/// placed uniformly at random at one of the refined points j·R .. j·R + R − 1, each value
+/// between j and j + 1 just after one of them.
+pub(super) fn break_ties<R: RngCore + ?Sized>(
+    occupied: impl Iterator<Item = (u64, u64)>,
+    refinement: u32,
+    rng: &mut R,
+) -> Vec<(u64, u64)> {
+    let refinement64 = refinement as u64;
+    let mut refined = Vec::new();
+    let mut places: Vec<u64> = Vec::new();
+    for (half_cell, count) in occupied {
+        // Half cell 2j + b becomes 2·(j·R + r) + b.
+        let (base, side) = (half_cell / 2 * refinement64, half_cell % 2);
+        let refined_half_cell = |r: u64| 2 * (base + r) + side;
+        if refinement == 1 {
+            refined.push((refined_half_cell(0), count));
+            continue;
+        }
+        if count >= refinement64 {
+            let mut counts = vec![0u64; refinement as usize];
+            for _ in 0..count {
+                counts[rng.random_range(0..refinement) as usize] += 1;
+            }
+            refined.extend(
+                (0..refinement64)
+                    .zip(counts)
+                    .filter(|&(_, c)| c > 0)
+                    .map(|(r, c)| (refined_half_cell(r), c)),
+            );
+        } else {
+            places.clear();
+            places.extend((0..count).map(|_| rng.random_range(0..refinement64)));
+            places.sort_unstable();
+            for &place in &places {
+                let at = refined_half_cell(place);
+                match refined.last_mut() {
+                    Some((last, c)) if *last == at => *c += 1,
+                    _ => refined.push((at, 1)),
+                }
+            }
+        }
+    }
+    // A point's values and the values after it interleave once refined.
+    refined.sort_unstable_by_key(|&(half_cell, _)| half_cell);
+    refined
+}
+
+/// Quantiles (original position, α relative to this subproblem's values) to answer
+/// from the values in `occupied` (by half cell), on the grid points first..=last.
+pub(super) struct Subproblem<'a> {
+    pub(super) alphas: Vec<(usize, f64)>,
+    pub(super) first: u32,
+    pub(super) last: u32,
+    pub(super) occupied: &'a [(u64, u64)],
+}
+
+impl Subproblem<'_> {
+    pub(super) fn solve<R: RngCore + ?Sized>(self, epsilon: f64, answers: &mut [u32], rng: &mut R) {
+        if self.alphas.is_empty() {
+            return;
+        }
+        let middle = self.alphas.len() / 2;
+        let (position, alpha) = self.alphas[middle];
+        let total = self.occupied.iter().map(|&(_, count)| count).sum();
+        let places = || self.occupied.iter().copied();
+        let answer = sample_between(places, total, self.first, self.last, alpha, epsilon, rng);
+        answers[position] = answer;
+        // Values at or below the answer go below, those above it above.
+        let split = self
+            .occupied
+            .partition_point(|&(half_cell, _)| half_cell <= Place::At(answer).half_cell());
+        // Rescaled to the values on each side (public: a function of the αs only).
+        let rescale = |p: f64, numerator: f64, denominator: f64| {
+            if denominator > 0.0 {
+                (numerator / denominator).clamp(0.0, 1.0)
+            } else {
+                p.clamp(0.0, 1.0)
+            }
+        };
+        let below = Subproblem {
+            alphas: self.alphas[..middle]
+                .iter()
+                .map(|&(at, p)| (at, rescale(p, p, alpha)))
+                .collect(),
+            first: self.first,
+            last: answer,
+            occupied: &self.occupied[..split],
+        };
+        let above = Subproblem {
+            alphas: self.alphas[middle + 1..]
+                .iter()
+                .map(|&(at, p)| (at, rescale(p, p - alpha, 1.0 - alpha)))
+                .collect(),
+            first: answer,
+            last: self.last,
+            occupied: &self.occupied[split..],
+        };
+        below.solve(epsilon, answers, rng);
+        above.solve(epsilon, answers, rng);
+    }
+}
+
+/// Answers for several quantiles from one histogram, ε/m each, in the order of `alphas`;
+/// the answers are assigned to the alphas in sorted order, so that they are non-decreasing
+/// where the alphas are (post-processing, free of privacy cost).
+pub fn sample_quantiles<A: Allocator + Clone, R: RngCore + ?Sized>(
+    counts: &GridCounts<A>,
+    alphas: &[f64],
+    epsilon: f64,
+    rng: &mut R,
+) -> Vec<u32> {
+    let share = epsilon / alphas.len() as f64;
+    let mut answers: Vec<u32> = alphas
+        .iter()
+        .map(|&alpha| sample_quantile(counts, alpha, share, rng))
+        .collect();
+    answers.sort_unstable();
+    let mut by_alpha: Vec<usize> = (0..alphas.len()).collect();
+    by_alpha.sort_by(|&a, &b| alphas[a].total_cmp(&alphas[b]));
+    let mut ordered = vec![0; alphas.len()];
+    for (rank, &position) in by_alpha.iter().enumerate() {
+        ordered[position] = answers[rank];
+    }
+    ordered
+}

@@ -1,0 +1,737 @@
+use super::cells::*;
+use super::counts::*;
+use super::draw::*;
+use super::*;
+use crate::testing::{
+    assert_matches_distribution, normalise_log_weights, quantile_distribution as exact,
+};
+use allocator_api2::alloc::Global;
+use allocator_api2::vec::Vec as AllocVec;
+use rand::Rng;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+const DRAWS: usize = 1_000_000;
+
+/// Counts of values at the places given by half cell ([`Place::half_cell`]).
+fn counts_of(half_cells: &[u64], grid_size: u32) -> GridCounts {
+    let mut counts = GridCounts::new(grid_size);
+    for &half_cell in half_cells {
+        counts.add(Place::of_half_cell(half_cell));
+    }
+    counts
+}
+
+fn check(cells: &[u64], grid_size: u32, alpha: f64, epsilon: f64, seed: u64) {
+    check_with(cells, grid_size, alpha, epsilon, seed, |histogram, rng| {
+        sample_quantile(histogram, alpha, epsilon, rng)
+    });
+}
+
+/// [`check`] of a given sampler.
+fn check_with(
+    cells: &[u64],
+    grid_size: u32,
+    alpha: f64,
+    epsilon: f64,
+    seed: u64,
+    sample: impl Fn(&GridCounts, &mut ChaCha20Rng) -> u32,
+) {
+    let histogram = counts_of(cells, grid_size);
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let mut counts = vec![0u64; grid_size as usize + 1];
+    for _ in 0..DRAWS {
+        counts[sample(&histogram, &mut rng) as usize] += 1;
+    }
+    let t = temperature(alpha, epsilon);
+    let right = exact(cells, grid_size, alpha, t, true);
+    assert_matches_distribution(
+        &counts,
+        &right,
+        &exact(cells, grid_size, alpha, 2.0 * t, true),
+    );
+    assert_matches_distribution(&counts, &right, &exact(cells, grid_size, alpha, t, false));
+}
+
+/// Values on grid points (so #{x < c} and #{x ≤ c} differ) and between them, with
+/// gaps and ties, on a coarse grid of 21 points, by half cell: 2j at point j, 2j + 1
+/// between j and j + 1.
+const DATA: [u64; 10] = [4, 4, 5, 5, 10, 19, 26, 26, 27, 40];
+
+#[test]
+fn median_matches_the_exact_distribution() {
+    check(&DATA, 20, 0.5, 1.0, 21);
+}
+
+#[test]
+fn streamed_contenders_match_the_exact_distribution() {
+    // Listing none: every draw streams its contenders, as when a tiny ε·n makes more
+    // than MAX_LISTED runs contend.
+    for (alpha, seed) in [(0.5, 24), (0.1, 25)] {
+        check_with(&DATA, 20, alpha, 1.0, seed, |histogram, rng| {
+            let range = (0, 20, 0);
+            let total = histogram.total();
+            let places = || histogram.iter_occupied();
+            sample_listing_at_most(places, total, range, alpha, 1.0, rng)
+        });
+    }
+}
+
+#[test]
+fn the_largest_epsilon_still_draws() {
+    // 1/ε is subnormal: the best run must still weigh e^0, never 0·∞.
+    let mut rng = ChaCha20Rng::seed_from_u64(26);
+    assert!(sample_quantile(&GridCounts::new(10), 0.5, f64::MAX, &mut rng) <= 10);
+    // Points 6 to 9 have 5 values below and 5 above (utility 0); any other loses.
+    for _ in 0..100 {
+        let median = sample_quantile(&counts_of(&DATA, 20), 0.5, f64::MAX, &mut rng);
+        assert!((6..=9).contains(&median), "{median}");
+    }
+    let quartiles =
+        sample_quantiles_recursive(&counts_of(&DATA, 20), &[0.25, 0.75], f64::MAX, &mut rng);
+    assert_eq!(quartiles.len(), 2);
+}
+
+#[test]
+fn low_quantile_matches_the_exact_distribution() {
+    check(&DATA, 20, 0.1, 2.0, 22);
+}
+
+#[test]
+fn high_quantile_matches_the_exact_distribution() {
+    check(&DATA, 20, 0.9, 2.0, 23);
+}
+
+#[test]
+fn empty_input_is_uniform_over_the_grid() {
+    let mut rng = ChaCha20Rng::seed_from_u64(24);
+    let mut counts = vec![0u64; 11];
+    let empty = GridCounts::new(10);
+    for _ in 0..100_000 {
+        counts[sample_quantile(&empty, 0.5, 1.0, &mut rng) as usize] += 1;
+    }
+    let uniform = vec![1.0 / 11.0; 11];
+    let mut skewed: Vec<f64> = vec![0.0; 11];
+    skewed[0] = std::f64::consts::LN_2;
+    let skewed = normalise_log_weights(&skewed);
+    assert_matches_distribution(&counts, &uniform, &skewed);
+}
+
+#[test]
+fn runs_cover_the_grid_once() {
+    let histogram = counts_of(&DATA, 20);
+    let runs: Vec<Run> = runs(histogram.iter_occupied(), histogram.total(), 20, 0.5).collect();
+    assert_eq!(runs.first().unwrap().first, 0);
+    assert_eq!(runs.last().unwrap().last, 20);
+    for pair in runs.windows(2) {
+        assert_eq!(pair[0].last + 1, pair[1].first);
+    }
+    // An occupied last cell leaves no gap after it.
+    assert_eq!(runs.iter().filter(|r| r.first == 20).count(), 1);
+}
+
+#[test]
+fn values_are_located_at_grid_points_or_strictly_between_and_clamped() {
+    let grid = Grid {
+        lo: 0.0,
+        hi: 10.0,
+        size: 10,
+    };
+    assert_eq!(grid.locate(3.0), Place::At(3));
+    assert_eq!(grid.locate(3.4), Place::Between(3));
+    assert_eq!(grid.locate(3.9999), Place::Between(3));
+    assert_eq!(grid.locate(-5.0), Place::At(0));
+    assert_eq!(grid.locate(f64::INFINITY), Place::At(10));
+    assert_eq!(grid.locate(f64::NEG_INFINITY), Place::At(0));
+    assert_eq!(grid.locate(9.5), Place::Between(9));
+    assert_eq!(grid.point(0), 0.0);
+    assert_eq!(grid.point(10), 10.0);
+    assert_eq!(grid.point(7), 7.0);
+    let whole = Grid {
+        lo: 0.0,
+        hi: 100.0,
+        size: 100,
+    };
+    assert!((0..=100).all(|j| whole.point(j) == j as f64));
+    let huge = Grid {
+        lo: -8e307,
+        hi: 9e307,
+        size: DEFAULT_GRID_SIZE,
+    };
+    assert!((0..=DEFAULT_GRID_SIZE)
+        .step_by(4099)
+        .all(|j| huge.point(j).is_finite()));
+    // On an irregular grid every point is located at itself and the values just
+    // beside it between it and its neighbour, whatever the rounding of the guess.
+    for grid in [
+        Grid {
+            lo: -1e6,
+            hi: 1e6,
+            size: DEFAULT_GRID_SIZE,
+        },
+        Grid {
+            lo: 0.1,
+            hi: 0.7,
+            size: 3 * 7 * 11 * 13,
+        },
+        // Points closer than the precision of the values: found by binary search.
+        Grid {
+            lo: 1e15,
+            hi: 1e15 + 1.0,
+            size: DEFAULT_GRID_SIZE,
+        },
+        // lo + step·K rounds below hi here.
+        Grid {
+            lo: 0.2,
+            hi: 0.9,
+            size: DEFAULT_GRID_SIZE,
+        },
+    ] {
+        let locator = grid.locator();
+        for j in (0..=grid.size).step_by(97).chain([grid.size]) {
+            let point = grid.point(j);
+            let Place::At(at) = locator.locate(point) else {
+                panic!("{grid:?}: point {j} is not at a point");
+            };
+            assert_eq!(grid.point(at), point, "{grid:?}: {j}");
+            if j < grid.size && grid.point(j + 1) > point.next_up() {
+                assert_eq!(locator.locate(point.next_up()), Place::Between(at));
+            }
+        }
+    }
+}
+
+/// Where lo + step·K rounds below hi, hi is still the last grid point: values at or
+/// beyond it are counted there, also once the histograms are dense and after they
+/// travel as bytes (a place beyond the last cell would index out of the counters).
+#[test]
+fn the_last_grid_point_is_hi_exactly() {
+    let grid = Grid {
+        lo: 0.2,
+        hi: 0.9,
+        size: DEFAULT_GRID_SIZE,
+    };
+    let size = f64::from(DEFAULT_GRID_SIZE);
+    assert!(0.2 + ((0.9 - 0.2) / size) * size < 0.9);
+    assert_eq!(grid.point(DEFAULT_GRID_SIZE), 0.9);
+    assert_eq!(grid.locate(0.9), Place::At(DEFAULT_GRID_SIZE));
+    assert_eq!(grid.locate(5.0), Place::At(DEFAULT_GRID_SIZE));
+    assert_eq!(
+        grid.locate(0.9f64.next_down()),
+        Place::Between(DEFAULT_GRID_SIZE - 1)
+    );
+    let locator = grid.locator();
+    let mut counts = GridCounts::new(grid.size);
+    for i in 0..200_000u32 {
+        counts.add(locator.locate(0.2 + 0.7 * (i as f64 + 0.5) / 200_000.0));
+    }
+    counts.add(locator.locate(7.0));
+    assert!(matches!(counts.between.cells, Cells::Dense(_)));
+    let copy = GridCounts::from_bytes(grid.size, &counts.to_bytes(), Global);
+    assert_eq!(copy.occupied(), counts.occupied());
+    assert_eq!(copy.total(), 200_001);
+    let last = *copy.occupied().last().unwrap();
+    assert_eq!(last, (Place::At(DEFAULT_GRID_SIZE).half_cell(), 1));
+}
+
+#[test]
+fn integer_grids_are_whole_numbers_located_exactly() {
+    let ages = IntegerGrid::new(0, 100, DEFAULT_GRID_SIZE);
+    assert_eq!((ages.step, ages.size), (1, 100));
+    assert_eq!(ages.locate(37), Place::At(37));
+    assert_eq!(ages.locate(-3), Place::At(0));
+    assert_eq!(ages.locate(250), Place::At(100));
+    assert_eq!(ages.point(37), 37);
+    // A range wider than the grid: the smallest step that fits, a shorter last step.
+    let wide = IntegerGrid::new(-10, 95, 10);
+    assert_eq!((wide.step, wide.size), (11, 10));
+    assert_eq!(wide.point(9), 89);
+    assert_eq!(wide.point(10), 95);
+    assert_eq!(wide.locate(89), Place::At(9));
+    assert_eq!(wide.locate(90), Place::Between(9));
+    assert_eq!(wide.locate(95), Place::At(10));
+    assert_eq!(wide.locate(2), Place::Between(1));
+    assert_eq!(wide.locate(1), Place::At(1));
+    let everything = IntegerGrid::new(i64::MIN, i64::MAX, DEFAULT_GRID_SIZE);
+    assert_eq!(everything.size, DEFAULT_GRID_SIZE);
+    assert_eq!(everything.locate(i64::MIN), Place::At(0));
+    assert_eq!(everything.locate(i64::MAX), Place::At(DEFAULT_GRID_SIZE));
+    assert_eq!(everything.point(DEFAULT_GRID_SIZE), i64::MAX);
+    assert_eq!(
+        everything.locate(everything.point(12_345)),
+        Place::At(12_345)
+    );
+    assert_eq!(
+        everything.locate(everything.point(12_345) + 1),
+        Place::Between(12_345)
+    );
+}
+
+/// The utility of every grid point, from the places the values were counted at,
+/// equals the utility from the raw values themselves (OpenDP's counting), on a
+/// coarse grid where values fall on points, between them and outside [lo, hi].
+#[test]
+fn utilities_from_places_equal_those_from_raw_values() {
+    for (lo, hi) in [(0.0, 1.0), (0.2, 0.9), (-3.3, 9.9)] {
+        utilities_match_raw_values(Grid { lo, hi, size: 10 });
+    }
+}
+
+fn utilities_match_raw_values(grid: Grid) {
+    let (lo, hi) = (grid.lo, grid.hi);
+    let mut rng = ChaCha20Rng::seed_from_u64(30);
+    let width = hi - lo;
+    let mut values: Vec<f64> = (0..200)
+        .map(|_| rng.random_range(lo - 0.2 * width..hi + 0.2 * width))
+        .collect();
+    values.extend((0..=10).map(|j| grid.point(j)));
+    values.extend([grid.point(3), grid.point(3), hi, lo]);
+    let mut counts = GridCounts::new(grid.size);
+    values.iter().for_each(|&v| counts.add(grid.locate(v)));
+    for alpha in [0.1, 0.5, 0.9] {
+        let runs: Vec<Run> = runs(counts.iter_occupied(), counts.total(), 10, alpha).collect();
+        for j in 0..=10 {
+            let c = grid.point(j);
+            let clamped = values.iter().map(|v| v.clamp(lo, hi));
+            let below = clamped.clone().filter(|&x| x < c).count() as f64;
+            let above = clamped.filter(|&x| x > c).count() as f64;
+            let raw = -((1.0 - alpha) * below - alpha * above).abs();
+            let run = runs.iter().find(|r| r.first <= j && j <= r.last).unwrap();
+            assert!(
+                (run.utility - raw).abs() < 1e-9,
+                "{grid:?} alpha {alpha}, point {j}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_histogram_goes_dense_and_stays_exact() {
+    let grid_size = 1000;
+    let mut sparse = Histogram::new(grid_size);
+    let mut dense = Histogram::new(grid_size);
+    for cell in (0..=grid_size).step_by(20) {
+        sparse.add(cell);
+    }
+    for cell in 0..=grid_size {
+        dense.add(cell);
+        dense.add(cell);
+    }
+    assert!(matches!(sparse.cells, Cells::Sparse(_)));
+    assert!(matches!(dense.cells, Cells::Dense(_)));
+    assert!(dense.allocated_bytes() <= grid_size as usize + 1 + 64);
+    dense.merge(&sparse);
+    let occupied = dense.occupied();
+    assert_eq!(occupied.len(), grid_size as usize + 1);
+    assert_eq!(occupied[20], (20, 3));
+    assert_eq!(occupied[21], (21, 2));
+    assert_eq!(dense.total(), 2 * 1001 + 51);
+}
+
+/// The shortcut of Locator::locate (a value well inside a cell) gives the place the
+/// comparisons with the grid points give, on grids whose points round (a step that is
+/// not a binary fraction, points far from zero, points closer than the precision of
+/// the values), for values drawn near points, near cell middles and anywhere.
+#[test]
+fn locating_by_the_offset_agrees_with_the_grid_points() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
+    let grids = [
+        (0.0, 1e6, 1 << 20),
+        (0.2, 0.9, 1 << 20),
+        (-1e15, 1e15, 1 << 24),
+        (1e15, 1e15 + 1.0, 1 << 20),
+        (0.0, 100.0, 100),
+        (-3.0, 7.0, 1),
+        (0.1, 0.3, 3),
+    ];
+    for (lo, hi, size) in grids {
+        let grid = Grid { lo, hi, size };
+        let locator = grid.locator();
+        // The place by comparisons only: the last point at or below the value.
+        let compared = |value: f64| {
+            let value = value.clamp(lo, hi);
+            let (mut low, mut high) = (0u32, size);
+            while low < high {
+                let middle = low + (high - low).div_ceil(2);
+                if grid.point(middle) <= value {
+                    low = middle;
+                } else {
+                    high = middle - 1;
+                }
+            }
+            if grid.point(low) == value {
+                Place::At(low)
+            } else {
+                Place::Between(low)
+            }
+        };
+        for _ in 0..200_000 {
+            let j = rng.random_range(0..=size);
+            let point = grid.point(j);
+            let value = match rng.random_range(0..4) {
+                0 => point,
+                1 => f64::from_bits(
+                    point
+                        .to_bits()
+                        .wrapping_add(rng.random_range(0..4))
+                        .wrapping_sub(2),
+                ),
+                2 => point + (hi - lo) / size as f64 * rng.random::<f64>(),
+                _ => lo - 1.0 + (hi - lo + 2.0) * rng.random::<f64>(),
+            };
+            if value.is_nan() {
+                continue; // (the bits below 0.0's); NaN is skipped before locating
+            }
+            assert_eq!(
+                locator.locate(value),
+                compared(value),
+                "{value} on ({lo}, {hi}, {size})"
+            );
+        }
+    }
+}
+
+#[test]
+fn sparse_cells_count_exactly_in_little_memory() {
+    // 10,000 values over 40 cells, in an order that forces several compactions.
+    let mut histogram = Histogram::new(DEFAULT_GRID_SIZE);
+    let mut expected = std::collections::BTreeMap::new();
+    for i in 0..10_000u32 {
+        let cell = (i * 7919) % 40 * 1000;
+        histogram.add(cell);
+        *expected.entry(cell).or_insert(0u64) += 1;
+    }
+    let expected: Vec<(u32, u64)> = expected.into_iter().collect();
+    assert_eq!(histogram.occupied(), expected);
+    assert_eq!(histogram.total(), 10_000);
+    assert!(matches!(histogram.cells, Cells::Sparse(_)));
+    assert!(
+        histogram.allocated_bytes() <= 40 * 8 + 1024 * 4,
+        "{}",
+        histogram.allocated_bytes()
+    );
+    // Merging sparse histograms adds them up.
+    let mut other = Histogram::new(DEFAULT_GRID_SIZE);
+    other.add(5);
+    other.add(0);
+    histogram.merge(&other);
+    assert_eq!(histogram.occupied()[0], (0, expected[0].1 + 1));
+    assert_eq!(histogram.occupied()[1], (5, 1));
+    assert_eq!(histogram.total(), 10_002);
+}
+
+#[test]
+fn dense_counters_carry_every_256() {
+    let mut histogram = Histogram::new(100);
+    for cell in 0..=100 {
+        histogram.add(cell); // dense beyond a sixteenth of the grid
+    }
+    for _ in 0..1000 {
+        histogram.add(7);
+    }
+    histogram.add_counts(&[(7, 300), (9, 256), (100, 1)]);
+    let occupied = histogram.occupied();
+    assert_eq!(occupied[7], (7, 1301));
+    assert_eq!(occupied[9], (9, 257));
+    assert_eq!(occupied[100], (100, 2));
+    assert_eq!(histogram.total(), 101 + 1000 + 557);
+    assert_eq!(
+        occupied.iter().map(|&(_, n)| n).sum::<u64>(),
+        histogram.total()
+    );
+}
+
+#[test]
+fn dense_counters_count_exactly() {
+    // Many values, spread and repeated, against a plain count (a grid of 2^18 goes
+    // dense at 2^14 occupied cells).
+    let grid_size = 1 << 18;
+    let mut histogram = Histogram::new(grid_size);
+    let mut expected = vec![0u64; grid_size as usize + 1];
+    for i in 0..(3 * (1u64 << 14) + 12_345) {
+        let cell = ((i * 2_654_435_761) % (grid_size as u64 + 1)) as u32 % 70_001;
+        histogram.add(cell);
+        expected[cell as usize] += 1;
+    }
+    assert!(matches!(histogram.cells, Cells::Dense(_)));
+    let expected: Vec<(u32, u64)> = expected
+        .iter()
+        .enumerate()
+        .filter(|&(_, &n)| n > 0)
+        .map(|(c, &n)| (c as u32, n))
+        .collect();
+    assert_eq!(histogram.occupied(), expected);
+    let mut cells = AllocVec::new_in(Global);
+    cells.extend([70_000u32, 3, 65_536, 255, 256, 3, 0]);
+    let mut scratch = AllocVec::new_in(Global);
+    radix_sort(&mut cells, &mut scratch, 17);
+    assert_eq!(cells.as_slice(), [0, 3, 3, 255, 256, 65_536, 70_000]);
+}
+
+#[test]
+fn histograms_travel_as_bytes_and_merge() {
+    let grid_size = 1 << 12;
+    let fill = |range: std::ops::Range<u32>, step: u32| {
+        let mut histogram = Histogram::new(grid_size);
+        for i in range.step_by(step as usize) {
+            histogram.add((i * 7) % (grid_size + 1));
+        }
+        histogram
+    };
+    let sparse = fill(0..300, 3);
+    let dense = fill(0..(3 * (1 << 14) + 700), 1);
+    let also_dense = fill(1000..60_000, 1);
+    assert!(matches!(dense.cells, Cells::Dense(_)) && matches!(sparse.cells, Cells::Sparse(_)));
+    for histogram in [&sparse, &dense] {
+        let copy = Histogram::from_bytes(grid_size, &histogram.to_bytes(), Global);
+        assert_eq!(copy.occupied(), histogram.occupied());
+        assert_eq!(copy.total(), histogram.total());
+    }
+    // Pending cells travel last, after their number, and are counted when read.
+    let Cells::Dense(cells) = &dense.cells else {
+        unreachable!("dense");
+    };
+    let pending = cells.pending().len();
+    assert_eq!(pending, DELAY);
+    let mut bytes = dense.to_bytes();
+    let at = bytes.len() - 4 * pending - 4;
+    bytes[at..at + 4].copy_from_slice(&(pending as u32 + 2).to_le_bytes());
+    for cell in [5u32, 5] {
+        bytes.extend_from_slice(&cell.to_le_bytes());
+    }
+    let mut with_pending = dense.clone();
+    with_pending.add(5);
+    with_pending.add(5);
+    let copy = Histogram::from_bytes(grid_size, &bytes, Global);
+    assert_eq!(copy.occupied(), with_pending.occupied());
+    assert_eq!(copy.total(), dense.total() + 2);
+    // Merging, whatever the forms, equals adding the occupied lists.
+    let expected = |a: &Histogram, b: &Histogram| {
+        let mut plain = Histogram::new(grid_size);
+        plain.add_counts(&a.occupied());
+        plain.add_counts(&b.occupied());
+        plain.occupied()
+    };
+    for (a, b) in [(&dense, &also_dense), (&sparse, &dense), (&dense, &sparse)] {
+        let mut merged = a.clone();
+        merged.merge(b);
+        assert_eq!(merged.occupied(), expected(a, b));
+        assert_eq!(merged.total(), a.total() + b.total());
+    }
+}
+
+#[test]
+fn a_count_beyond_32_bits_goes_dense() {
+    let mut histogram = Histogram::new(100);
+    histogram.add(3);
+    histogram.add_counts(&[(3, u32::MAX as u64), (50, 2)]);
+    assert!(matches!(histogram.cells, Cells::Dense(_)));
+    assert_eq!(histogram.occupied(), [(3, u32::MAX as u64 + 1), (50, 2)]);
+    assert_eq!(histogram.total(), u32::MAX as u64 + 3);
+}
+
+#[test]
+fn several_quantiles_are_ordered_like_their_alphas() {
+    let histogram = counts_of(&DATA, 20);
+    let mut rng = ChaCha20Rng::seed_from_u64(25);
+    for _ in 0..10_000 {
+        let answers = sample_quantiles(&histogram, &[0.9, 0.1, 0.5, 0.5], 0.3, &mut rng);
+        assert!(answers[1] <= answers[2] && answers[2] <= answers[3] && answers[3] <= answers[0]);
+    }
+}
+
+/// ε is split: the first answer of dp_quantiles at ε follows the distribution of one
+/// quantile at ε/m, before the reordering (here with a single alpha repeated, where
+/// sorting keeps the multiset and the distribution of a uniformly chosen answer).
+/// The exact distribution of one subproblem's answer over first..=last: values
+/// `cells` (all in that range), brute force over every grid point.
+fn exact_between(cells: &[u64], first: u32, last: u32, alpha: f64, epsilon: f64) -> Vec<f64> {
+    let t = temperature(alpha, epsilon);
+    let log_weights: Vec<f64> = (first..=last)
+        .map(|c| {
+            let c = Place::At(c).half_cell();
+            let below = cells.iter().filter(|&&x| x < c).count() as f64;
+            let above = cells.iter().filter(|&&x| x > c).count() as f64;
+            -((1.0 - alpha) * below - alpha * above).abs() / t
+        })
+        .collect();
+    normalise_log_weights(&log_weights)
+}
+
+/// The exact joint distribution of the recursive method's answers (l, j, r) for the
+/// quartiles 0.25, 0.5, 0.75: the median at `level` ε on all values, then each half
+/// at `level` ε asking for its α of `halves` (0.5 and 0.5 when rescaled: 0.25 / 0.5
+/// and (0.75 − 0.5) / (1 − 0.5)), indexed (l·(K+1) + j)·(K+1) + r.
+fn exact_quartiles(cells: &[u64], grid_size: u32, level: f64, halves: [f64; 2]) -> Vec<f64> {
+    let points = grid_size as usize + 1;
+    let mut joint = vec![0.0; points * points * points];
+    let middle = exact_between(cells, 0, grid_size, 0.5, level);
+    for (j, p_middle) in middle.iter().enumerate() {
+        let j32 = j as u32;
+        let split = Place::At(j32).half_cell();
+        let below: Vec<u64> = cells.iter().copied().filter(|&x| x <= split).collect();
+        let above: Vec<u64> = cells.iter().copied().filter(|&x| x > split).collect();
+        let left = exact_between(&below, 0, j32, halves[0], level);
+        let right = exact_between(&above, j32, grid_size, halves[1], level);
+        for (l, p_left) in left.iter().enumerate() {
+            for (r, p_right) in right.iter().enumerate() {
+                joint[(l * points + j) * points + j + r] += p_middle * p_left * p_right;
+            }
+        }
+    }
+    joint
+}
+
+#[test]
+fn recursive_quartiles_match_their_exact_joint_distribution() {
+    // A coarse grid of 9 points with ties at grid points and between them (by half
+    // cell): 729 outcomes.
+    let cells = [2, 2, 3, 3, 8, 8, 9, 12, 14, 15, 16, 16];
+    let (grid_size, epsilon) = (8, 4.0);
+    let histogram = counts_of(&cells, grid_size);
+    let mut rng = ChaCha20Rng::seed_from_u64(27);
+    let points = grid_size as usize + 1;
+    let mut counts = vec![0u64; points * points * points];
+    for _ in 0..DRAWS {
+        // In the order given, not sorted: answers come back in that order.
+        // Ties left as they are (refinement 1): the recursion itself.
+        let answers =
+            sample_quantiles_refined(&histogram, &[0.75, 0.25, 0.5], epsilon, 1, &mut rng);
+        let (l, j, r) = (
+            answers[1] as usize,
+            answers[2] as usize,
+            answers[0] as usize,
+        );
+        assert!(l <= j && j <= r, "non-decreasing: {answers:?}");
+        counts[(l * points + j) * points + r] += 1;
+    }
+    // Two levels at ε/2 each.
+    let exact = exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.5, 0.5]);
+    // Spending ε/3 per quantile at three levels' worth (the split's temperature)
+    // must be rejected.
+    assert_matches_distribution(
+        &counts,
+        &exact,
+        &exact_quartiles(&cells, grid_size, epsilon / 3.0, [0.5, 0.5]),
+    );
+    // So must rescaling forgotten (each half's median asked as its raw α).
+    let unscaled = exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.25, 0.75]);
+    assert_matches_distribution(&counts, &exact, &unscaled);
+}
+
+/// The exact joint distribution of the coarse answers (l, j, r) with ties broken on
+/// `refinement` refined points: the average over every placement of the values
+/// (each equally likely), each mapped back to its grid point.
+fn exact_quartiles_refined(
+    cells: &[u64],
+    grid_size: u32,
+    epsilon: f64,
+    refinement: u32,
+) -> Vec<f64> {
+    let points = grid_size as usize + 1;
+    let refined_size = (grid_size + 1) * refinement - 1;
+    let refined_points = refined_size as usize + 1;
+    let placements = (refinement as usize).pow(cells.len() as u32);
+    let mut joint = vec![0.0; points * points * points];
+    for placement in 0..placements {
+        let mut digits = placement;
+        let refined: Vec<u64> = cells
+            .iter()
+            .map(|&cell| {
+                let at = (digits % refinement as usize) as u64;
+                digits /= refinement as usize;
+                2 * (cell / 2 * refinement as u64 + at) + cell % 2
+            })
+            .collect();
+        let exact = exact_quartiles(&refined, refined_size, epsilon / 2.0, [0.5, 0.5]);
+        for (index, p) in exact.iter().enumerate() {
+            if *p == 0.0 {
+                continue;
+            }
+            let r = index % refined_points;
+            let j = index / refined_points % refined_points;
+            let l = index / refined_points / refined_points;
+            let coarse = |point: usize| point / refinement as usize;
+            joint[(coarse(l) * points + coarse(j)) * points + coarse(r)] += p / placements as f64;
+        }
+    }
+    joint
+}
+
+#[test]
+fn recursive_quartiles_with_ties_broken_match_their_exact_distribution() {
+    // Three grid points, two refined points each, values stacked at them and between
+    // them (by half cell): the exact law averages over the 2^7 placements of the 7
+    // values.
+    let cells = [0, 1, 1, 2, 2, 3, 4];
+    let (grid_size, epsilon, refinement) = (2, 3.0, 2);
+    let histogram = counts_of(&cells, grid_size);
+    let mut rng = ChaCha20Rng::seed_from_u64(29);
+    let points = grid_size as usize + 1;
+    let mut counts = vec![0u64; points * points * points];
+    for _ in 0..DRAWS {
+        let answers = sample_quantiles_refined(
+            &histogram,
+            &[0.25, 0.5, 0.75],
+            epsilon,
+            refinement,
+            &mut rng,
+        );
+        counts[(answers[0] as usize * points + answers[1] as usize) * points
+            + answers[2] as usize] += 1;
+    }
+    let exact = exact_quartiles_refined(&cells, grid_size, epsilon, refinement);
+    // Ties left unbroken give another law, which the draws must reject.
+    assert_matches_distribution(
+        &counts,
+        &exact,
+        &exact_quartiles(&cells, grid_size, epsilon / 2.0, [0.5, 0.5]),
+    );
+    assert_eq!(refinement_of_default(), 1 << 10);
+}
+
+fn refinement_of_default() -> u32 {
+    refinement(DEFAULT_GRID_SIZE)
+}
+
+#[test]
+fn recursive_levels_are_the_depth_of_the_split() {
+    let levels: Vec<u32> = [1, 2, 3, 4, 7, 8, 9, 19, 99]
+        .iter()
+        .map(|&m| recursive_levels(m))
+        .collect();
+    assert_eq!(levels, [1, 2, 2, 3, 3, 4, 4, 5, 7]);
+    // One quantile is the single-quantile mechanism at the whole ε (no tie to break
+    // for a split that never comes).
+    let histogram = counts_of(&DATA, 20);
+    let mut rng = ChaCha20Rng::seed_from_u64(28);
+    let mut counts = vec![0u64; 21];
+    for _ in 0..DRAWS / 4 {
+        counts[sample_quantiles_recursive(&histogram, &[0.5], 1.0, &mut rng)[0] as usize] += 1;
+    }
+    let t = temperature(0.5, 1.0);
+    assert_matches_distribution(
+        &counts,
+        &exact(&DATA, 20, 0.5, t, true),
+        &exact(&DATA, 20, 0.5, 2.0 * t, true),
+    );
+}
+
+#[test]
+fn several_quantiles_spend_epsilon_over_m_each() {
+    let histogram = counts_of(&DATA, 20);
+    let mut rng = ChaCha20Rng::seed_from_u64(26);
+    let mut counts = vec![0u64; 21];
+    for _ in 0..DRAWS / 2 {
+        for answer in sample_quantiles(&histogram, &[0.5, 0.5], 2.0, &mut rng) {
+            counts[answer as usize] += 1;
+        }
+    }
+    let t = temperature(0.5, 1.0);
+    assert_matches_distribution(
+        &counts,
+        &exact(&DATA, 20, 0.5, t, true),
+        &exact(&DATA, 20, 0.5, t / 2.0, true),
+    );
+}
