@@ -1,4 +1,4 @@
-//! The per-row path of dp_quantile in pure Rust, timed (issue 22): where each nanosecond
+//! The per-row paths of dp_quantile and dp_argmax in pure Rust, timed (issue 22): where each nanosecond
 //! of a row goes, without PostgreSQL around it. Not a test of correctness (the exact-law
 //! tests are); run it with
 //!
@@ -8,7 +8,8 @@
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
 //! and integer values in one group, and in 10,000 groups of 1,000 values (rows arriving
 //! round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
-//! merge (a parallel plan's combine) and of a draw.
+//! merge (a parallel plan's combine) and of a draw. `argmax_per_row_speed` does the same
+//! for dp_argmax's hash and score table.
 
 use super::quantile::{sample_quantile, Grid, GridCounts, IntegerGrid};
 use rand::{Rng, SeedableRng};
@@ -125,4 +126,37 @@ fn per_row_speed() {
     println!("    of which listing its places: {:6.1} µs", listing / 1e3);
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
     println!("  draw, one group of 10^7:     {:6.1} ms", one_draw / 1e6);
+}
+
+/// The per-row path of dp_argmax in pure Rust: a key's hash (foldhash, as the SQL layer
+/// hashes text) and its score table's probe, for 10^7 keys 'item-N' with N log-uniform
+/// below 1,000 and below 100,000 (the Zipf-like tables of `make bench`).
+#[test]
+#[ignore]
+fn argmax_per_row_speed() {
+    use super::scores::ScoreTable;
+    use std::hash::BuildHasher;
+    let hasher = foldhash::fast::FixedState::with_seed(0x7067_5f65_7870_6d65);
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(22);
+    for items in [1_000f64, 100_000f64] {
+        let keys: Vec<String> = (0..ROWS)
+            .map(|_| format!("item-{}", items.powf(rng.random::<f64>()).floor() as u64))
+            .collect();
+        let hash_only = median_ns(ROWS, || {
+            let mut sum = 0u32;
+            for key in &keys {
+                sum ^= (hasher.hash_one(key.as_bytes()) >> 32) as u32;
+            }
+            black_box(sum);
+        });
+        let table = median_ns(ROWS, || {
+            let mut table: ScoreTable<&str> = ScoreTable::new();
+            for key in &keys {
+                let hash = (hasher.hash_one(key.as_bytes()) >> 32) as u32;
+                table.add(hash, 1.0, |&stored| stored == key, || key.as_str());
+            }
+            black_box(table.len());
+        });
+        println!("dp_argmax, {items} items: hash {hash_only:.1} ns/row, hash and table {table:.1}");
+    }
 }
