@@ -6,12 +6,14 @@
 use super::aggregate::{self, final_state, Source, State};
 use super::arguments::{numeric_to_f64, return_datum, Argument, CallArguments};
 use super::forms::{Aggregate, Form};
+use super::guc;
 use super::items::{ItemType, StoredItem};
 use super::memory::ContextAllocator;
 use super::serialization::Bytes;
 use super::OrRaise;
 use crate::error::Error;
-use crate::mechanisms::scores::{contribution, ScoreTable};
+use crate::mechanisms::rng::Seeding;
+use crate::mechanisms::scores::{contribution, ItemScore, ScoreTable};
 use crate::parameters;
 use pgrx::pg_sys::{self, Datum, MemoryContext};
 use pgrx::prelude::*;
@@ -138,6 +140,19 @@ impl ItemScores {
             state.table.close();
         }
         Ok(state)
+    }
+
+    /// The items and their scores, to draw from: in the order they arrived, or with a
+    /// seed (`pg_exp_mech.seed`, tests only) in the order of their hashes, so that the
+    /// same seed gives the same answer however the rows arrived (a parallel plan merges
+    /// its workers' states in the order they finish). The order changes no probability:
+    /// the mechanisms treat the items alike.
+    pub fn entries(&self) -> Vec<ItemScore<'_, StoredItem>> {
+        let mut entries: Vec<_> = self.table.iter().collect();
+        if let Seeding::Fixed { .. } = guc::seeding() {
+            entries.sort_by_key(|entry| entry.hash);
+        }
+        entries
     }
 
     /// Adds `amount` (in units of max_score) to the item's score.

@@ -227,13 +227,18 @@ impl ItemType {
     }
 
     /// The item's hash, equal for items that [`ItemType::matches`] says are equal.
+    ///
+    /// # Safety
+    /// `key` must come from this type's [`ItemType::key`] (a key of another type could
+    /// hold a datum this type's hash function cannot read).
     #[inline]
-    pub fn hash(&self, key: ItemKey) -> u32 {
+    pub unsafe fn hash(&self, key: ItemKey) -> u32 {
         match key.0 {
             Key::Bits(bits) => hash_bytes(&bits.to_ne_bytes()),
             Key::Bytes(bytes) => hash_bytes(bytes),
-            // SAFETY: only `key` makes keys, from a valid datum of this type that outlives
-            // them; the type cache's hash function info lives as long as the backend.
+            // SAFETY: the key is this type's (the caller's contract), made by `key` from a
+            // valid datum that outlives it; the type cache's function info lives as long
+            // as the backend.
             Key::Datum(item) => unsafe {
                 pg_sys::FunctionCall1Coll(self.hash, self.collation, item).value() as u32
             },
@@ -329,8 +334,8 @@ impl ItemType {
     }
 
     /// A copy of `item` in `memory`; a compressed or out-of-line item is detoasted in the
-    /// current memory context (a row's, reset soon), not in `memory`, so that only the
-    /// copy stays there.
+    /// current memory context (a row's, reset after it, in a transition), not in
+    /// `memory`, so that only the copy stays there.
     ///
     /// # Safety
     /// `item` must be a valid, non-NULL datum of this type, `memory` a live context.
@@ -372,8 +377,6 @@ impl ItemType {
         (out.len() - start) as u32
     }
 
-    /// An item rebuilt from the bytes [`ItemType::write_image`] wrote, in the current
-    /// memory context.
     /// Whether `bytes` can be the image of a value of this type, as [`ItemType::image`]
     /// writes it: a fixed-length value has its length; a varlena is inline and
     /// uncompressed, with the length its header says (never a pointer to elsewhere); a C
@@ -398,6 +401,8 @@ impl ItemType {
         }
     }
 
+    /// An item rebuilt from the bytes [`ItemType::write_image`] wrote, in the current
+    /// memory context.
     pub fn restore(&self, bytes: &[u8]) -> Datum {
         if self.by_value {
             let mut word = [0u8; std::mem::size_of::<usize>()];

@@ -30,7 +30,7 @@ fn top_k(scores: &ItemScores) -> Option<Datum> {
     }
     let k = scores.selection.k as usize;
     let temperature = k as f64 / scores.selection.epsilon;
-    let entries: Vec<_> = scores.table.iter().collect();
+    let entries = scores.entries();
     let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     let order = rng::with_generator(guc::seeding(), |rng| {
         one_shot_top_k(&utilities, k, temperature, rng)
@@ -52,7 +52,7 @@ fn unknown_domain_top_k(scores: &ItemScores) -> Option<Datum> {
             .delta
             .expect("the unknown-domain forms have delta"),
     };
-    let entries: Vec<_> = scores.table.iter().collect();
+    let entries = scores.entries();
     let utilities: Vec<f64> = entries.iter().map(|entry| entry.score).collect();
     // The items' hashes break ties among equal scores: a fixed function of the item.
     let tie_breaks: Vec<u32> = entries.iter().map(|entry| entry.hash).collect();

@@ -46,7 +46,7 @@ pub struct ScoreTable<I, A: Allocator + Clone = Global> {
     entries: AllocVec<Entry<I>, A>,
     /// An item's hash in the high 32 bits and 1 + its position in `entries` in the low
     /// ones, 0 for an empty slot: a probe passes other items' slots without reading their
-    /// entries (a cache miss each once the entries outgrow the cache). None until the
+    /// entries (a cache miss each once the entries outgrow the cache). Empty until the
     /// first item (a group's empty state allocates nothing); then a power of two long, at
     /// least twice the entries, so that a probe for an item present reads at most 1.5
     /// slots on average (Knuth, TAOCP 6.4).
@@ -170,7 +170,8 @@ impl<I, A: Allocator + Clone> ScoreTable<I, A> {
     /// The items, their hashes and their scores, in the order the items arrived (fixed
     /// for a given sequence of additions).
     pub fn iter(&self) -> impl Iterator<Item = ItemScore<'_, I>> {
-        let mut hashes = vec![0u32; self.entries.len()];
+        let mut hashes = AllocVec::with_capacity_in(self.len(), self.slots.allocator().clone());
+        hashes.resize(self.len(), 0u32);
         for &slot in self.slots.iter().filter(|&&slot| slot != 0) {
             hashes[(slot as u32 - 1) as usize] = (slot >> 32) as u32;
         }
@@ -254,6 +255,16 @@ mod tests {
             assert!(table.iter().all(|e| e.score == round as f64));
         }
         assert!(table.iter().map(|e| *e.item).eq(0..3000));
+        assert!(
+            table.iter().all(|e| e.hash == (e.item % 7) << 20 | 5),
+            "hashes kept"
+        );
+        table.close();
+        assert!(!table.add(3 << 20 | 5, 1.0, |_| false, || 9999));
+        assert!(
+            table.iter().all(|e| e.hash == (e.item % 7) << 20 | 5),
+            "closed"
+        );
     }
 
     #[test]
