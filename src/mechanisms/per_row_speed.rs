@@ -8,7 +8,7 @@
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
 //! and integer values in one group, and in 10,000 groups of 1,000 values (rows arriving
 //! round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
-//! merge (a parallel plan's combine) and of a draw. `argmax_per_row_speed` does the same
+//! merge (a parallel plan's combine) and of a draw (over 1,000 values and over 200). `argmax_per_row_speed` does the same
 //! for dp_argmax's hash and score table.
 
 use super::quantile::{sample_quantile, Grid, GridCounts, IntegerGrid};
@@ -84,23 +84,31 @@ fn per_row_speed() {
         }
         black_box(groups.len());
     });
-    // A draw and a merge per group of 1,000 float values.
-    let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
-    for (i, &value) in floats.iter().enumerate() {
-        groups[i % GROUPS].add(locator.locate(value));
-    }
-    let draw = median_ns(GROUPS, || {
-        let mut sum = 0u64;
-        for counts in &groups {
-            sum += sample_quantile(counts, 0.5, 1.0, &mut rng) as u64;
+    // A draw and a merge per group of 1,000 float values; a draw per group of 200.
+    let groups_of = |values: &[f64]| {
+        let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+        for (i, &value) in values.iter().enumerate() {
+            groups[i % GROUPS].add(locator.locate(value));
         }
-        black_box(sum);
-    });
-    let listing = median_ns(GROUPS, || {
-        for counts in &groups {
-            black_box(counts.sparse_occupied());
-        }
-    });
+        groups
+    };
+    let mut draw_costs = |groups: &[GridCounts]| {
+        let draw = median_ns(GROUPS, || {
+            let sum: u64 = (groups.iter())
+                .map(|counts| sample_quantile(counts, 0.5, 1.0, &mut rng) as u64)
+                .sum();
+            black_box(sum);
+        });
+        let listing = median_ns(GROUPS, || {
+            groups
+                .iter()
+                .for_each(|counts| drop(black_box(counts.sparse_occupied())));
+        });
+        (draw, listing)
+    };
+    let groups = groups_of(&floats);
+    let (draw, listing) = draw_costs(&groups);
+    let (small_draw, small_listing) = draw_costs(&groups_of(&floats[..ROWS / 5]));
     let merge = median_ns(GROUPS / 2, || {
         for pair in groups.chunks(2) {
             let mut merged = pair[0].clone();
@@ -124,6 +132,11 @@ fn per_row_speed() {
     println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
     println!("  draw, a group of 1,000:      {:6.1} µs", draw / 1e3);
     println!("    of which listing its places: {:6.1} µs", listing / 1e3);
+    println!("  draw, a group of 200:        {:6.1} µs", small_draw / 1e3);
+    println!(
+        "    of which listing its places: {:6.1} µs",
+        small_listing / 1e3
+    );
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
     println!("  draw, one group of 10^7:     {:6.1} ms", one_draw / 1e6);
 }

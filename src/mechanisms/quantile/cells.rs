@@ -27,7 +27,7 @@ pub(super) struct SparseCells<A: Allocator + Clone> {
 /// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs) once
 /// they are many, a comparison sort below that.
 pub(super) fn sort_cells<B: Allocator + Clone>(cells: &mut AllocVec<u32, B>) {
-    if cells.len() < 256 {
+    if cells.len() < 64 {
         return cells.sort_unstable();
     }
     let largest = cells.iter().copied().max().unwrap_or(0);
@@ -205,32 +205,66 @@ pub(super) fn prefetch(counter: &u8) {
     let _ = counter;
 }
 
-/// Sorts cells (less than 2^32) by their low `bits` bits, 8 at a time, least
-/// significant first (LSD radix sort), using `scratch` as the second buffer.
+/// Sorts cells (less than 2^32) by their low `bits` bits, least significant digit first
+/// (LSD radix sort), using `scratch` as the second buffer. The digits are as few as
+/// passes of at most 8 bits allow, all counted in one read of the cells (22 bits: three
+/// passes of 8, 7 and 7 bits); a digit every cell shares is not scattered (issue 22: a
+/// draw sorts a group's cells, so a pass saved is a pass per group).
 pub(super) fn radix_sort<A: Allocator + Clone>(
     cells: &mut AllocVec<u32, A>,
     scratch: &mut AllocVec<u32, A>,
     bits: u32,
 ) {
+    if bits == 0 || cells.len() < 2 {
+        return;
+    }
+    debug_assert!(cells.len() <= u32::MAX as usize, "counts fit in 32 bits");
+    let passes = bits.div_ceil(8) as usize;
+    let width = bits.div_ceil(passes as u32);
+    let counts = match passes {
+        1 => digit_counts::<1>(cells, width),
+        2 => digit_counts::<2>(cells, width),
+        3 => digit_counts::<3>(cells, width),
+        _ => digit_counts::<4>(cells, width),
+    };
+    let mask = (1u32 << width) - 1;
     scratch.clear();
     scratch.resize(cells.len(), 0);
-    let mut shift = 0;
-    while shift < bits {
-        let mut starts = [0usize; 257];
-        for &cell in cells.iter() {
-            starts[((cell >> shift) & 0xFF) as usize + 1] += 1;
+    for (pass, count) in counts[..passes].iter().enumerate() {
+        let mut buckets = [0u32; 256];
+        let mut start = 0;
+        for (bucket, &n) in buckets.iter_mut().zip(&count[..=mask as usize]) {
+            (*bucket, start) = (start, start + n);
         }
-        for digit in 1..257 {
-            starts[digit] += starts[digit - 1];
+        if count.iter().any(|&n| n as usize == cells.len()) {
+            continue;
         }
+        let shift = pass as u32 * width;
+        let destination = scratch.as_mut_ptr();
         for &cell in cells.iter() {
-            let digit = ((cell >> shift) & 0xFF) as usize;
-            scratch[starts[digit]] = cell;
-            starts[digit] += 1;
+            let bucket = &mut buckets[((cell >> shift) & mask) as usize];
+            // SAFETY: a bucket starts at the number of cells with a smaller digit and
+            // takes as many cells as have its digit, all counted from these cells, so
+            // every position is below cells.len() = scratch.len() (no bounds check in
+            // the loop a draw spends its listing in).
+            unsafe { destination.add(*bucket as usize).write(cell) };
+            *bucket += 1;
         }
         std::mem::swap(cells, scratch);
-        shift += 8;
     }
+}
+
+/// How many cells have each digit, for each of `PASSES` digits of `width` bits, in one
+/// read of the cells.
+fn digit_counts<const PASSES: usize>(cells: &[u32], width: u32) -> [[u32; 256]; 4] {
+    let mask = (1u32 << width) - 1;
+    let mut counts = [[0u32; 256]; 4];
+    for &cell in cells {
+        for (pass, count) in counts[..PASSES].iter_mut().enumerate() {
+            count[((cell >> (pass as u32 * width)) & mask) as usize] += 1;
+        }
+    }
+    counts
 }
 
 impl<A: Allocator + Clone> DenseCells<A> {

@@ -290,6 +290,17 @@ impl<A: Allocator + Clone> GridCounts<A> {
         pending.extend(at.pending.iter().map(|&j| 2 * j));
         pending.extend(between.pending.iter().map(|&j| 2 * j + 1));
         sort_cells(&mut pending);
+        let mut listed = Vec::with_capacity(pending.len());
+        if at.sorted.is_empty() && between.sorted.is_empty() {
+            // A group of at most PENDING values (most groups): its pending cells are all.
+            for &half_cell in &pending {
+                match listed.last_mut() {
+                    Some((last, count)) if *last == half_cell as u64 => *count += 1,
+                    _ => listed.push((half_cell as u64, 1)),
+                }
+            }
+            return Some(listed);
+        }
         let sorted = merge_join(
             at.sorted.iter().map(|&(j, n)| (2 * j, n as u64)),
             between.sorted.iter().map(|&(j, n)| (2 * j + 1, n as u64)),
@@ -297,11 +308,8 @@ impl<A: Allocator + Clone> GridCounts<A> {
         let incoming = pending
             .chunk_by(|a, b| a == b)
             .map(|run| (run[0], run.len() as u64));
-        Some(
-            merge_join(sorted, incoming)
-                .map(|(half_cell, n)| (half_cell as u64, n))
-                .collect(),
-        )
+        listed.extend(merge_join(sorted, incoming).map(|(half_cell, n)| (half_cell as u64, n)));
+        Some(listed)
     }
 
     /// [`GridCounts::iter_occupied`] as a list.

@@ -21,6 +21,13 @@ impl Place {
         }
     }
 
+    /// The last grid point at or below the place: j for At(j) and for Between(j).
+    pub fn point_at_or_below(self) -> u32 {
+        match self {
+            Place::At(j) | Place::Between(j) => j,
+        }
+    }
+
     /// The place of a half cell.
     pub fn of_half_cell(half_cell: u64) -> Self {
         let j = (half_cell / 2) as u32;

@@ -77,6 +77,58 @@ fn streamed_contenders_match_the_exact_distribution() {
     }
 }
 
+/// The draw over a listed slice starts near the crossing; it must pick what the full pass
+/// picks from the same words, draw by draw, and leave the generator where the full pass
+/// leaves it: values with ties, at and between points, any α, ε from 10^-3 to 10^6, and
+/// subranges of the grid (as the recursive quantiles draw).
+#[test]
+fn the_listed_draw_is_the_full_pass_word_for_word() {
+    let mut data_rng = ChaCha20Rng::seed_from_u64(40);
+    let mut draws = 0;
+    for case in 0..3_000 {
+        let grid_size = [20u32, 1_000, 1 << 20][case % 3];
+        let n = data_rng.random_range(0..[5, 60, 2_000][case % 3]);
+        let spread = data_rng.random_range(1..=2 * grid_size as u64);
+        let mut cells: Vec<u64> = (0..n).map(|_| data_rng.random_range(0..spread)).collect();
+        if case % 4 == 0 {
+            cells.iter_mut().for_each(|c| *c &= !1); // every value at a grid point
+        }
+        let counts = counts_of(&cells, grid_size);
+        let occupied = counts.occupied();
+        let (first, last) = match case % 5 {
+            0 => {
+                let at = |c: u64| Place::of_half_cell(c).point_at_or_below();
+                let low = occupied.first().map_or(0, |&(c, _)| at(c));
+                let high = occupied.last().map_or(grid_size, |&(c, _)| at(c) + 1);
+                (low, high.min(grid_size))
+            }
+            _ => (0, grid_size),
+        };
+        let alpha = [0.5, 0.01, 0.99, 0.25, data_rng.random::<f64>(), 0.0, 1.0][case % 7];
+        let epsilon = [1.0, 0.001, 0.1, 10.0, 1e6][case % 5];
+        for seed in 0..4 {
+            let mut full = ChaCha20Rng::seed_from_u64(seed);
+            let mut listed = full.clone();
+            let places = || occupied.iter().copied();
+            let range = (first, last, MAX_LISTED);
+            let total = counts.total();
+            let expected = sample_listing_at_most(places, total, range, alpha, epsilon, &mut full);
+            let got = sample_listed(&occupied, total, first, last, alpha, epsilon, &mut listed);
+            assert_eq!(
+                got, expected,
+                "case {case} seed {seed}: α {alpha}, ε {epsilon}"
+            );
+            assert_eq!(
+                full.random::<u64>(),
+                listed.random::<u64>(),
+                "case {case}: words"
+            );
+            draws += 1;
+        }
+    }
+    assert_eq!(draws, 12_000);
+}
+
 #[test]
 fn the_largest_epsilon_still_draws() {
     // 1/ε is subnormal: the best run must still weigh e^0, never 0·∞.
