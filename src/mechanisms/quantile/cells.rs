@@ -208,7 +208,7 @@ pub(super) fn prefetch(counter: &u8) {
 /// Sorts cells (less than 2^32) by their low `bits` bits, least significant digit first
 /// (LSD radix sort), using `scratch` as the second buffer. The digits are as few as
 /// passes of at most 8 bits allow, all counted in one read of the cells (22 bits: three
-/// passes of 8, 7 and 7 bits); a digit every cell shares is not scattered (issue 22: a
+/// passes of 8); a digit every cell shares is not scattered (issue 22: a
 /// draw sorts a group's cells, so a pass saved is a pass per group).
 pub(super) fn radix_sort<A: Allocator + Clone>(
     cells: &mut AllocVec<u32, A>,

@@ -79,54 +79,60 @@ fn streamed_contenders_match_the_exact_distribution() {
 
 /// The draw over a listed slice starts near the crossing; it must pick what the full pass
 /// picks from the same words, draw by draw, and leave the generator where the full pass
-/// leaves it: values with ties, at and between points, any α, ε from 10^-3 to 10^6, and
-/// subranges of the grid (as the recursive quantiles draw).
+/// leaves it: values with ties, at and between points, any α, ε from 10^-3 to 10^6,
+/// subranges of the grid (as the recursive quantiles draw), ranges that end at a place,
+/// and contenders too many to list (streamed).
 #[test]
 fn the_listed_draw_is_the_full_pass_word_for_word() {
-    let mut data_rng = ChaCha20Rng::seed_from_u64(40);
-    let mut draws = 0;
-    for case in 0..3_000 {
-        let grid_size = [20u32, 1_000, 1 << 20][case % 3];
-        let n = data_rng.random_range(0..[5, 60, 2_000][case % 3]);
-        let spread = data_rng.random_range(1..=2 * grid_size as u64);
-        let mut cells: Vec<u64> = (0..n).map(|_| data_rng.random_range(0..spread)).collect();
-        if case % 4 == 0 {
-            cells.iter_mut().for_each(|c| *c &= !1); // every value at a grid point
-        }
-        let counts = counts_of(&cells, grid_size);
+    let same = |cells: &[u64], grid_size: u32, (first, last): (u32, u32), alpha, epsilon| {
+        let counts = counts_of(cells, grid_size);
         let occupied = counts.occupied();
-        let (first, last) = match case % 5 {
-            0 => {
-                let at = |c: u64| Place::of_half_cell(c).point_at_or_below();
-                let low = occupied.first().map_or(0, |&(c, _)| at(c));
-                let high = occupied.last().map_or(grid_size, |&(c, _)| at(c) + 1);
-                (low, high.min(grid_size))
-            }
-            _ => (0, grid_size),
-        };
-        let alpha = [0.5, 0.01, 0.99, 0.25, data_rng.random::<f64>(), 0.0, 1.0][case % 7];
-        let epsilon = [1.0, 0.001, 0.1, 10.0, 1e6][case % 5];
+        let total = counts.total();
         for seed in 0..4 {
             let mut full = ChaCha20Rng::seed_from_u64(seed);
             let mut listed = full.clone();
             let places = || occupied.iter().copied();
             let range = (first, last, MAX_LISTED);
-            let total = counts.total();
             let expected = sample_listing_at_most(places, total, range, alpha, epsilon, &mut full);
             let got = sample_listed(&occupied, total, first, last, alpha, epsilon, &mut listed);
             assert_eq!(
                 got, expected,
-                "case {case} seed {seed}: α {alpha}, ε {epsilon}"
+                "{cells:?} in {first}..={last}: α {alpha}, ε {epsilon}"
             );
-            assert_eq!(
-                full.random::<u64>(),
-                listed.random::<u64>(),
-                "case {case}: words"
-            );
-            draws += 1;
+            assert_eq!(full.random::<u64>(), listed.random::<u64>(), "words used");
         }
+    };
+    // The runs from two places before the crossing (Between(10), At(11)) are worse than a
+    // skipped one (At(10), utility −3.5 against −4): the first pass must read them all.
+    // (A wrong top shifts every key alike; at ε = 8.2 it also lets the last run, points
+    // 12 to 20, contend, and the race draw one word more.)
+    let skipped_best = [[10; 4].as_slice(), &[20; 3], &[21], &[22; 10]].concat();
+    for epsilon in [0.1, 1.0, 8.2, 10.0] {
+        same(&skipped_best, 20, (0, 20), 0.5, epsilon);
     }
-    assert_eq!(draws, 12_000);
+    let mut data_rng = ChaCha20Rng::seed_from_u64(40);
+    for case in 0..3_000 {
+        let grid_size = [20u32, 1_000, 1 << 20][case % 3];
+        let n = data_rng.random_range(0..[5, 60, 6_000][case % 3]);
+        let spread = data_rng.random_range(1..=2 * grid_size as u64);
+        let mut cells: Vec<u64> = (0..n).map(|_| data_rng.random_range(0..spread)).collect();
+        if case % 4 == 0 {
+            cells.iter_mut().for_each(|c| *c &= !1); // every value at a grid point
+        }
+        let at = |c: u64| Place::of_half_cell(c).point_at_or_below();
+        let range = match (case / 7) % 4 {
+            // Just the places' span, as the recursive quantiles' subproblems are.
+            0 => (
+                cells.iter().copied().map(at).min().unwrap_or(0),
+                cells.iter().copied().map(at).max().unwrap_or(grid_size),
+            ),
+            1 => (0, cells.iter().copied().map(at).max().unwrap_or(grid_size)),
+            _ => (0, grid_size),
+        };
+        let alpha = [0.5, 0.01, 0.99, 0.25, data_rng.random::<f64>(), 0.0, 1.0][case % 7];
+        let epsilon = [1.0, 0.001, 0.1, 10.0, 1e6][case % 5];
+        same(&cells, grid_size, range, alpha, epsilon);
+    }
 }
 
 #[test]
