@@ -199,7 +199,7 @@ pub(super) fn sample_listing_at_most<I: Iterator<Item = (u64, u64)>, R: RngCore 
     let runs = || runs_between(occupied(), total, first, last, alpha);
     let top = top_utility(runs());
     let range = (first, last, max_listed);
-    race(runs, top, range, temperature(alpha, epsilon), rng)
+    race(runs, 64, top, range, temperature(alpha, epsilon), rng)
 }
 
 /// The largest utility of the runs, read up to the crossing and one run past it:
@@ -218,8 +218,8 @@ fn top_utility(runs: impl Iterator<Item = Run>) -> f64 {
     top
 }
 
-/// Gumbel-max over the runs `runs` streams (their largest utility `top`), then a uniform
-/// point of the chosen run.
+/// Gumbel-max over the runs `runs` streams (their largest utility `top`; about
+/// `runs_expected` of them, to size the list), then a uniform point of the chosen run.
 ///
 /// The log-weight of a run is w = ln(length) + u/T, shifted by the largest u/T (a lower
 /// bound of the largest w, since ln(length) ≥ 0): the same argmax. ln(length) ≤
@@ -229,6 +229,7 @@ fn top_utility(runs: impl Iterator<Item = Run>) -> f64 {
 /// noise could carry them past the leader (lazy_gumbel_max).
 fn race<I: Iterator<Item = Run>, R: RngCore + ?Sized>(
     runs: impl Fn() -> I,
+    runs_expected: usize,
     top: f64,
     (first, last, max_listed): (u32, u32, usize),
     temperature: f64,
@@ -248,7 +249,8 @@ fn race<I: Iterator<Item = Run>, R: RngCore + ?Sized>(
     let exact = |run: &Run| scaled(run) + run.log_length();
     // Listed when they are few (the leader keyed first: fewest logarithms); streamed when
     // a tiny ε·n makes most of the grid contend, so that no list of millions is made.
-    let listed: Vec<(Run, f64)> = contending().take(max_listed + 1).collect();
+    let mut listed = Vec::with_capacity(runs_expected.min(max_listed + 1));
+    listed.extend(contending().take(max_listed + 1));
     let chosen = if listed.len() <= max_listed {
         lazy_gumbel_max(&listed, exact, rng).map(|winner| listed[winner].0)
     } else {
@@ -330,7 +332,16 @@ pub(super) fn sample_listed<R: RngCore + ?Sized>(
     };
     let start = partition_point(crossing, cannot_contend).saturating_sub(1);
     let range = (first, last, MAX_LISTED);
-    race(|| runs_at(start), top, range, temperature, rng)
+    // Each place makes at most two runs, and the points after the last one a third.
+    let runs_expected = 2 * (occupied.len() - start) + 1;
+    race(
+        || runs_at(start),
+        runs_expected,
+        top,
+        range,
+        temperature,
+        rng,
+    )
 }
 
 /// The first s in 0..n for which `holds` is false (n if none), `holds` being true and
