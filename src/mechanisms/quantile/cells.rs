@@ -218,6 +218,7 @@ pub(super) fn radix_sort<A: Allocator + Clone>(
     if bits == 0 || cells.len() < 2 {
         return;
     }
+    assert!(bits <= u32::BITS, "cells have 32 bits");
     debug_assert!(cells.len() <= u32::MAX as usize, "counts fit in 32 bits");
     let passes = bits.div_ceil(8) as usize;
     let width = bits.div_ceil(passes as u32);

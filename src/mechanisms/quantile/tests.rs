@@ -479,6 +479,39 @@ fn sparse_cells_count_exactly_in_little_memory() {
     assert_eq!(histogram.total(), 10_002);
 }
 
+/// The listing a draw takes from sparse histograms (pending and sorted cells of both,
+/// sorted together) is the merged stream of occupied places: with only pending cells (the
+/// fast path), with one histogram's cells merged and the other's not, and with both.
+#[test]
+fn the_sparse_listing_is_the_occupied_places() {
+    let mut rng = ChaCha20Rng::seed_from_u64(42);
+    for (n, at_share) in [
+        (0, 0.5),
+        (1, 0.5),
+        (200, 0.5),
+        (1_500, 0.0),
+        (1_500, 1.0),
+        (5_000, 0.5),
+    ] {
+        let cells: Vec<u64> = (0..n)
+            .map(|_| {
+                let j = rng.random_range(0..3_000u64);
+                if rng.random::<f64>() < at_share {
+                    2 * j
+                } else {
+                    2 * j + 1
+                }
+            })
+            .collect();
+        let counts = counts_of(&cells, DEFAULT_GRID_SIZE);
+        let listed = counts
+            .sparse_occupied()
+            .expect("3,000 cells of 2^20 are sparse");
+        assert_eq!(listed, counts.occupied(), "{n} values");
+        assert_eq!(listed.iter().map(|&(_, c)| c).sum::<u64>(), n);
+    }
+}
+
 #[test]
 fn dense_counters_carry_every_256() {
     let mut histogram = Histogram::new(100);
