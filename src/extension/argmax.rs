@@ -476,4 +476,33 @@ mod tests {
             "the answers vary with the seed: {forwards:?}"
         );
     }
+
+    /// Two items whose 32-bit hashes collide, with equal scores: with a seed, which one
+    /// wins must not depend on which arrived first (their bytes order them).
+    #[pg_test]
+    fn a_seed_orders_items_whose_hashes_collide_by_their_bytes() {
+        let mut seen = std::collections::HashMap::new();
+        let (a, b) = (0i64..)
+            .find_map(|i| {
+                let hash = crate::extension::items::hash_bytes(&i.to_ne_bytes());
+                seen.insert(hash, i).map(|j| (j, i))
+            })
+            .expect("a collision within 2^32 + 1 items");
+        let answers = |first: i64, second: i64| -> Vec<String> {
+            (1..=20)
+                .flat_map(|seed| {
+                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
+                    column(&format!(
+                        "SELECT dp_argmax(item, 1, 0.1)::text
+                         FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)
+                         UNION ALL SELECT dp_top_k(item, 1, 1, 0.1)::text
+                         FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)"
+                    ))
+                })
+                .collect()
+        };
+        let forwards = answers(a, b);
+        assert_eq!(forwards, answers(b, a), "items {a} and {b}");
+        assert!(forwards.contains(&a.to_string()) && forwards.contains(&b.to_string()));
+    }
 }

@@ -143,14 +143,22 @@ impl ItemScores {
     }
 
     /// The items and their scores, to draw from: in the order they arrived, or with a
-    /// seed (`pg_exp_mech.seed`, tests only) in the order of their hashes, so that the
+    /// seed (`pg_exp_mech.seed`, tests only) in the order of their hashes (then bytes), so that the
     /// same seed gives the same answer however the rows arrived (a parallel plan merges
     /// its workers' states in the order they finish). The order changes no probability:
     /// the mechanisms treat the items alike.
     pub fn entries(&self) -> Vec<ItemScore<'_, StoredItem>> {
         let mut entries: Vec<_> = self.table.iter().collect();
         if let Seeding::Fixed { .. } = guc::seeding() {
-            entries.sort_by_key(|entry| entry.hash);
+            // Two items whose 32-bit hashes are equal (one pair in about 2^16 items) go
+            // by their bytes, so that their order of arrival does not show either.
+            let image = |entry: &ItemScore<'_, StoredItem>| {
+                let mut bytes = Vec::new();
+                // SAFETY: a stored item is a valid datum of the state's item type.
+                unsafe { self.item_type.write_image(entry.item.datum, &mut bytes) };
+                bytes
+            };
+            entries.sort_by(|a, b| a.hash.cmp(&b.hash).then_with(|| image(a).cmp(&image(b))));
         }
         entries
     }

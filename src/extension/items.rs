@@ -30,7 +30,7 @@ enum Comparison {
 /// the leader) and every run agrees, as the serialized state and the limited-domain
 /// tie-break need.
 #[inline]
-fn hash_bytes(bytes: &[u8]) -> u32 {
+pub(super) fn hash_bytes(bytes: &[u8]) -> u32 {
     const SEED: u64 = 0x7067_5f65_7870_6d65;
     (foldhash::fast::FixedState::with_seed(SEED).hash_one(bytes) >> 32) as u32
 }
