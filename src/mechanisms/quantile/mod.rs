@@ -20,9 +20,11 @@ mod cells;
 mod counts;
 mod draw;
 mod grid;
+mod recursive;
 #[cfg(test)]
 mod tests;
 
 pub use counts::{GridCounts, Histogram};
 pub use draw::*;
 pub use grid::*;
+pub use recursive::*;
