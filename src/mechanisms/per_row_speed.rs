@@ -138,7 +138,7 @@ fn per_row_speed() {
         small_listing / 1e3
     );
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
-    println!("  draw, one group of 10^7:     {:6.1} ms", one_draw / 1e6);
+    println!("  draw, one group of 10^7:     {:6.1} µs", one_draw / 1e3);
 }
 
 /// The per-row path of dp_argmax in pure Rust: a key's hash (foldhash, as the SQL layer

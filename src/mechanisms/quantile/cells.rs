@@ -339,24 +339,54 @@ impl<A: Allocator + Clone> DenseCells<A> {
     /// The counts by cell, pending cells included, without changing the state (a final
     /// function must not) and without a list of every cell.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
-        let mut carries: Vec<(u32, u64)> = self.carries.iter().map(|(&c, &n)| (c, n)).collect();
+        self.iter_from(0)
+    }
+
+    /// [`DenseCells::iter`] from cell `first` on.
+    pub(super) fn iter_from(&self, first: u32) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let mut carries: Vec<(u32, u64)> = (self.carries.iter())
+            .filter(|&(&c, _)| c >= first)
+            .map(|(&c, &n)| (c, n))
+            .collect();
         carries.sort_unstable_by_key(|&(cell, _)| cell);
         let mut carries = carries.into_iter().peekable();
-        let mut pending = self.pending().to_vec();
+        let mut pending: Vec<u32> = self
+            .pending()
+            .iter()
+            .copied()
+            .filter(|&c| c >= first)
+            .collect();
         pending.sort_unstable();
         let mut pending = pending.into_iter().peekable();
-        self.low.iter().enumerate().filter_map(move |(cell, &low)| {
-            let cell = cell as u32;
-            let mut count = low as u64;
-            if let Some(&(_, n)) = carries.peek().filter(|&&(c, _)| c == cell) {
-                count += 256 * n;
-                carries.next();
-            }
-            while pending.next_if_eq(&cell).is_some() {
-                count += 1;
-            }
-            (count > 0).then_some((cell, count))
-        })
+        let first = (first as usize).min(self.low.len());
+        (first..)
+            .zip(&self.low[first..])
+            .filter_map(move |(cell, &low)| {
+                let cell = cell as u32;
+                let mut count = low as u64;
+                if let Some(&(_, n)) = carries.peek().filter(|&&(c, _)| c == cell) {
+                    count += 256 * n;
+                    carries.next();
+                }
+                while pending.next_if_eq(&cell).is_some() {
+                    count += 1;
+                }
+                (count > 0).then_some((cell, count))
+            })
+    }
+
+    /// Adds the values of each cell c into `counts[c / block]`.
+    pub(super) fn add_block_counts(&self, block: u32, counts: &mut [u64]) {
+        for (count, low) in counts.iter_mut().zip(self.low.chunks(block as usize)) {
+            // A block holds at most 255 · block in its bytes: a u32 (whose adds vectorize).
+            *count += low.iter().map(|&n| n as u32).sum::<u32>() as u64;
+        }
+        for (&cell, &carry) in &self.carries {
+            counts[(cell / block) as usize] += 256 * carry;
+        }
+        for &cell in self.pending() {
+            counts[(cell / block) as usize] += 1;
+        }
     }
 
     pub(super) fn allocated_bytes(&self) -> usize {

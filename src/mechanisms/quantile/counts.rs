@@ -193,6 +193,28 @@ impl<A: Allocator + Clone> Histogram<A> {
         }
     }
 
+    /// [`Histogram::iter_occupied`] from cell `first` on.
+    pub fn iter_occupied_from(&self, first: u32) -> Box<dyn Iterator<Item = (u32, u64)> + '_> {
+        match &self.cells {
+            Cells::Sparse(sparse) => {
+                let occupied = sparse.occupied();
+                let skipped = occupied.partition_point(|&(cell, _)| cell < first);
+                Box::new(occupied.into_iter().skip(skipped))
+            }
+            Cells::Dense(dense) => Box::new(dense.iter_from(first)),
+        }
+    }
+
+    /// Adds the values of each cell c into `counts[c / block]`.
+    pub(super) fn add_block_counts(&self, block: u32, counts: &mut [u64]) {
+        match &self.cells {
+            Cells::Sparse(sparse) => (sparse.sorted.iter().map(|&(c, n)| (c, n as u64)))
+                .chain(sparse.pending.iter().map(|&c| (c, 1)))
+                .for_each(|(cell, n)| counts[(cell / block) as usize] += n),
+            Cells::Dense(dense) => dense.add_block_counts(block, counts),
+        }
+    }
+
     /// Bytes held by the histogram's tables (not counting the struct itself).
     pub fn allocated_bytes(&self) -> usize {
         match &self.cells {
@@ -256,14 +278,16 @@ impl<A: Allocator + Clone> GridCounts<A> {
 
     /// The occupied places as (half cell, count), by half cell ([`Place::half_cell`]).
     pub fn iter_occupied(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let mut at = self
-            .at
-            .iter_occupied()
+        self.iter_occupied_from(0)
+    }
+
+    /// [`GridCounts::iter_occupied`] from grid point `point` on: the places at it and
+    /// after it.
+    pub fn iter_occupied_from(&self, point: u32) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut at = (self.at.iter_occupied_from(point))
             .map(|(j, n)| (Place::At(j).half_cell(), n))
             .peekable();
-        let mut between = self
-            .between
-            .iter_occupied()
+        let mut between = (self.between.iter_occupied_from(point))
             .map(|(j, n)| (Place::Between(j).half_cell(), n))
             .peekable();
         std::iter::from_fn(move || match (at.peek(), between.peek()) {
@@ -272,6 +296,15 @@ impl<A: Allocator + Clone> GridCounts<A> {
             (Some(_), None) => at.next(),
             (None, None) => None,
         })
+    }
+
+    /// The values at each block of grid points: entry b counts the places at points
+    /// b·block ..= b·block + block − 1 (both histograms); K / block + 1 entries.
+    pub fn block_counts(&self, block: u32) -> Vec<u64> {
+        let mut counts = vec![0; (self.grid_size() / block) as usize + 1];
+        self.at.add_block_counts(block, &mut counts);
+        self.between.add_block_counts(block, &mut counts);
+        counts
     }
 
     /// [`GridCounts::iter_occupied`] as a list when both histograms are sparse (at most a

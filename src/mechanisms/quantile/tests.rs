@@ -135,6 +135,75 @@ fn the_listed_draw_is_the_full_pass_word_for_word() {
     }
 }
 
+/// The dense draw reads from a block boundary near the crossing; it must pick what the
+/// full pass picks from the same words, draw by draw: one histogram dense or both, cells
+/// still pending, carries, places on both sides of block boundaries, empty blocks, any α
+/// and ε from 10^-3 to 10^6.
+#[test]
+fn the_dense_draw_is_the_full_pass_word_for_word() {
+    let same = |counts: &GridCounts, alpha: f64, epsilon: f64| {
+        let (total, grid_size) = (counts.total(), counts.grid_size());
+        for seed in 0..4 {
+            let mut full = ChaCha20Rng::seed_from_u64(seed);
+            let mut dense = full.clone();
+            let places = || counts.iter_occupied();
+            let range = (0, grid_size, MAX_LISTED);
+            let expected = sample_listing_at_most(places, total, range, alpha, epsilon, &mut full);
+            let got = sample_dense(counts, alpha, epsilon, &mut dense);
+            assert_eq!(
+                got, expected,
+                "K {grid_size}, {total} values: α {alpha}, ε {epsilon}"
+            );
+            assert_eq!(full.random::<u64>(), dense.random::<u64>(), "words used");
+        }
+    };
+    let mut data_rng = ChaCha20Rng::seed_from_u64(41);
+    for case in 0..600 {
+        let grid_size = [20u32, 3 * BLOCK, 5 * BLOCK + 17, 1 << 20][case % 4];
+        let n = data_rng.random_range(0..[40, 3_000, 30_000][case % 3]);
+        // Values in a few clusters (so that some blocks hold none), some of them around
+        // block boundaries, and one cell holding hundreds (its counter carries).
+        let clusters: Vec<u64> = (0..data_rng.random_range(1..5))
+            .map(|_| match data_rng.random_range(0..3) {
+                0 => 2 * (BLOCK as u64 * data_rng.random_range(1..6)),
+                _ => data_rng.random_range(0..=2 * grid_size as u64),
+            })
+            .collect();
+        let width = [2u64, 64, 3 * BLOCK as u64, 2 * grid_size as u64][case % 4];
+        let mut cells: Vec<u64> = (0..n)
+            .map(|_| {
+                let center = clusters[data_rng.random_range(0..clusters.len())];
+                (center + data_rng.random_range(0..width)).saturating_sub(width / 2)
+            })
+            .map(|c| c.min(2 * grid_size as u64))
+            .collect();
+        cells.extend(std::iter::repeat_n(
+            cells.first().copied().unwrap_or(0),
+            (case % 5) * 150,
+        ));
+        if case % 6 == 0 {
+            cells.iter_mut().for_each(|c| *c &= !1); // every value at a grid point
+        }
+        // Dense from the start, or after half the values (the rest wait in its ring).
+        let mut counts = GridCounts::new(grid_size);
+        let (early, late) = cells.split_at(cells.len() / 2);
+        for &cell in early {
+            counts.add(Place::of_half_cell(cell));
+        }
+        match case % 3 {
+            0 => counts.between.densify(),
+            1 => counts.at.densify(),
+            _ => (counts.at.densify(), counts.between.densify()).1,
+        }
+        for &cell in late {
+            counts.add(Place::of_half_cell(cell));
+        }
+        let alpha = [0.5, 0.01, 0.99, 0.25, data_rng.random::<f64>(), 0.0, 1.0][case % 7];
+        let epsilon = [1.0, 0.001, 0.1, 10.0, 1e6][case % 5];
+        same(&counts, alpha, epsilon);
+    }
+}
+
 #[test]
 fn the_largest_epsilon_still_draws() {
     // 1/ε is subnormal: the best run must still weigh e^0, never 0·∞.
