@@ -122,6 +122,14 @@ impl<A: Allocator + Clone> SparseCells<A> {
         merge_join(self.sorted.iter().map(|&(c, n)| (c, n as u64)), incoming).collect()
     }
 
+    /// Adds the values of each cell c into `counts[c / block]`.
+    pub(super) fn add_block_counts(&self, block: u32, counts: &mut [u64]) {
+        let sorted = self.sorted.iter().map(|&(cell, n)| (cell, n as u64));
+        for (cell, n) in sorted.chain(self.pending.iter().map(|&cell| (cell, 1))) {
+            counts[(cell / block) as usize] += n;
+        }
+    }
+
     pub(super) fn allocated_bytes(&self) -> usize {
         self.sorted.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.pending.capacity() * std::mem::size_of::<u32>()
@@ -344,7 +352,9 @@ impl<A: Allocator + Clone> DenseCells<A> {
 
     /// [`DenseCells::iter`] from cell `first` on.
     pub(super) fn iter_from(&self, first: u32) -> impl Iterator<Item = (u32, u64)> + '_ {
-        let mut carries: Vec<(u32, u64)> = (self.carries.iter())
+        let mut carries: Vec<(u32, u64)> = self
+            .carries
+            .iter()
             .filter(|&(&c, _)| c >= first)
             .map(|(&c, &n)| (c, n))
             .collect();

@@ -194,7 +194,10 @@ impl<A: Allocator + Clone> Histogram<A> {
     }
 
     /// [`Histogram::iter_occupied`] from cell `first` on.
-    pub fn iter_occupied_from(&self, first: u32) -> Box<dyn Iterator<Item = (u32, u64)> + '_> {
+    pub(super) fn iter_occupied_from(
+        &self,
+        first: u32,
+    ) -> Box<dyn Iterator<Item = (u32, u64)> + '_> {
         match &self.cells {
             Cells::Sparse(sparse) => {
                 let occupied = sparse.occupied();
@@ -208,9 +211,7 @@ impl<A: Allocator + Clone> Histogram<A> {
     /// Adds the values of each cell c into `counts[c / block]`.
     pub(super) fn add_block_counts(&self, block: u32, counts: &mut [u64]) {
         match &self.cells {
-            Cells::Sparse(sparse) => (sparse.sorted.iter().map(|&(c, n)| (c, n as u64)))
-                .chain(sparse.pending.iter().map(|&c| (c, 1)))
-                .for_each(|(cell, n)| counts[(cell / block) as usize] += n),
+            Cells::Sparse(sparse) => sparse.add_block_counts(block, counts),
             Cells::Dense(dense) => dense.add_block_counts(block, counts),
         }
     }
@@ -283,11 +284,11 @@ impl<A: Allocator + Clone> GridCounts<A> {
 
     /// [`GridCounts::iter_occupied`] from grid point `point` on: the places at it and
     /// after it.
-    pub fn iter_occupied_from(&self, point: u32) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let mut at = (self.at.iter_occupied_from(point))
-            .map(|(j, n)| (Place::At(j).half_cell(), n))
-            .peekable();
-        let mut between = (self.between.iter_occupied_from(point))
+    pub(super) fn iter_occupied_from(&self, point: u32) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let at = self.at.iter_occupied_from(point);
+        let mut at = at.map(|(j, n)| (Place::At(j).half_cell(), n)).peekable();
+        let between = self.between.iter_occupied_from(point);
+        let mut between = between
             .map(|(j, n)| (Place::Between(j).half_cell(), n))
             .peekable();
         std::iter::from_fn(move || match (at.peek(), between.peek()) {
@@ -300,7 +301,7 @@ impl<A: Allocator + Clone> GridCounts<A> {
 
     /// The values at each block of grid points: entry b counts the places at points
     /// b·block ..= b·block + block − 1 (both histograms); K / block + 1 entries.
-    pub fn block_counts(&self, block: u32) -> Vec<u64> {
+    pub(super) fn block_counts(&self, block: u32) -> Vec<u64> {
         let mut counts = vec![0; (self.grid_size() / block) as usize + 1];
         self.at.add_block_counts(block, &mut counts);
         self.between.add_block_counts(block, &mut counts);

@@ -47,6 +47,7 @@ impl Run {
 /// The runs of equal utility over the whole grid 0..=K, given the occupied places by
 /// half cell ([`Place::half_cell`]) and their total. A stream, so that a dense histogram
 /// never becomes a list of runs.
+#[cfg(test)]
 pub fn runs(
     occupied: impl Iterator<Item = (u64, u64)>,
     total: u64,
@@ -61,6 +62,7 @@ pub fn runs(
 /// points not yet covered, which see it above them; a point with values at it, alone; and
 /// the points after the last place. #{x < c} counts the places before c's own half cell,
 /// #{x > c} those after it.
+#[cfg(test)]
 pub fn runs_between(
     occupied: impl Iterator<Item = (u64, u64)>,
     total: u64,
@@ -180,7 +182,14 @@ pub(super) fn sample_listing_at_most<I: Iterator<Item = (u64, u64)>, R: RngCore 
     let runs = || runs_between(occupied(), total, first, last, alpha);
     let top = top_utility(runs());
     let range = (first, last, max_listed);
-    race(runs, 64, top, range, temperature(alpha, epsilon), rng)
+    race(
+        runs,
+        STREAMED_RUNS_EXPECTED,
+        top,
+        range,
+        temperature(alpha, epsilon),
+        rng,
+    )
 }
 
 /// The largest utility of the runs, read up to the crossing and one run past it:
@@ -333,16 +342,16 @@ pub(super) fn sample_dense<A: Allocator + Clone, R: RngCore + ?Sized>(
         count: blocks.len() + 1,
         below: |b: usize| below[b],
         runs_at,
-        runs_expected: |_| 64,
+        runs_expected: |_| STREAMED_RUNS_EXPECTED,
     };
     sample_from_crossing(boundaries, total, (0, grid_size), alpha, epsilon, rng)
 }
 
 /// Where a draw may start reading the runs: boundary s in 0..count has `below(s)` values
 /// before it (non-decreasing in s; boundary 0 is the range's first point, the last one
-/// past its last place), and `runs_at(s)` streams the runs the full pass makes from the
-/// one that holds boundary s on (about `runs_expected(s)` of them); that one may start at
-/// the boundary rather than before it.
+/// past its last place), and `runs_at(s)` streams the runs the full pass makes from
+/// boundary s on (about `runs_expected(s)` of them), including one that holds it and
+/// starts before it, which may start at the boundary instead.
 struct Boundaries<B, S, E> {
     count: usize,
     below: B,
@@ -361,10 +370,11 @@ struct Boundaries<B, S, E> {
 /// after (differences never decrease along the grid, rounding included). Before the
 /// crossing a run's utility is its difference, so a run skipped by the first pass is at
 /// most d(s₀), and one skipped by the race has a bound at most scaled(d(s)) + ln-bound of
-/// the whole range, below −CONTENDING, so the race would have dropped it too. The run
-/// that holds the boundary has difference d(s) however long it is: the first pass reads
-/// only its utility, and the race drops it likewise (its start cannot contend, or is the
-/// range's first point).
+/// the whole range, below −CONTENDING, so the race would have dropped it too. A run that
+/// holds the boundary and starts before it (a gap, or the points after the last place)
+/// has difference d(s) however long it is: the first pass reads only its utility, and
+/// the race drops it likewise (its boundary cannot contend, or is the range's first
+/// point); a value's own point is never cut short.
 fn sample_from_crossing<I, R>(
     boundaries: Boundaries<impl Fn(usize) -> u64, impl Fn(usize) -> I, impl Fn(usize) -> usize>,
     total: u64,
@@ -398,6 +408,8 @@ where
         d < 0.0 && (d - top) / temperature + longest < -CONTENDING
     };
     let start = partition_point(crossing, cannot_contend).saturating_sub(1);
+    #[cfg(test)]
+    RACE_START.set(start);
     let range = (first, last, MAX_LISTED);
     race(
         || runs_at(start),
@@ -407,6 +419,12 @@ where
         temperature,
         rng,
     )
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The boundary the last draw's race started at: tests check that draws skip.
+    pub(super) static RACE_START: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The first s in 0..n for which `holds` is false (n if none), `holds` being true and
@@ -423,6 +441,10 @@ fn partition_point(n: usize, holds: impl Fn(usize) -> bool) -> usize {
     }
     low
 }
+
+/// The contenders a draw over streamed places first makes room for: a guess (the list
+/// grows when more contend), where listed places say how many runs there can be.
+const STREAMED_RUNS_EXPECTED: usize = 64;
 
 /// The most contenders a draw lists (128 KiB of them); beyond, it streams them.
 pub(super) const MAX_LISTED: usize = 1 << 12;

@@ -19,8 +19,12 @@
 mod cells;
 mod counts;
 mod draw;
+#[cfg(test)]
+mod draw_tests;
 mod grid;
 mod recursive;
+#[cfg(test)]
+mod recursive_tests;
 #[cfg(test)]
 mod tests;
 
