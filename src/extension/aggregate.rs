@@ -126,16 +126,8 @@ pub unsafe fn transition<S: State>(
     // SAFETY: the state argument is NULL or the state this function returned before,
     // of type S (each aggregate has one state family).
     if unsafe { state.get::<S>() }.is_none() {
-        let form = aggregate.form(call.count() - 1);
-        let arguments = S::read(form, &Row(&call)).expect("a row knows its arguments");
-        // SAFETY: as above; the new state lives in the aggregate's memory context.
-        unsafe {
-            let memory = aggregate_memory(fcinfo, S::TRANSITION);
-            PgMemoryContexts::For(memory).switch_to(|_| {
-                let first = S::first(fcinfo, form, &arguments, memory).or_raise();
-                state.insert(first.expect("a row knows its arguments"));
-            });
-        }
+        // SAFETY: as the caller guarantees.
+        unsafe { first_state::<S>(fcinfo, aggregate, &call, &mut state) };
     }
     // SAFETY: the state was just checked or made, of type S.
     unsafe {
@@ -144,6 +136,32 @@ pub unsafe fn transition<S: State>(
             .expect("the state exists")
             .add_row(&call);
         return_internal(fcinfo, state)
+    }
+}
+
+/// The first row's state, in the aggregate's memory context. Out of line: a group's
+/// first row is rare, and inlined it made every row's call set up its large frame.
+///
+/// # Safety
+/// As for [`transition`]; `call` reads `fcinfo`, and `state` is its NULL state.
+#[cold]
+#[inline(never)]
+unsafe fn first_state<S: State>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    aggregate: &Aggregate,
+    call: &CallArguments,
+    state: &mut Internal,
+) {
+    let form = aggregate.form(call.count() - 1);
+    let arguments = S::read(form, &Row(call)).expect("a row knows its arguments");
+    // SAFETY: a transition's call info (the caller's contract); the new state lives in
+    // the aggregate's memory context.
+    unsafe {
+        let memory = aggregate_memory(fcinfo, S::TRANSITION);
+        PgMemoryContexts::For(memory).switch_to(|_| {
+            let first = S::first(fcinfo, form, &arguments, memory).or_raise();
+            state.insert(first.expect("a row knows its arguments"));
+        });
     }
 }
 

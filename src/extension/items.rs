@@ -49,13 +49,26 @@ unsafe fn varlena_contents<'a>(item: Datum) -> &'a [u8] {
         let inline = pgrx::varatt_is_4b_u(pointer)
             || (pgrx::varatt_is_1b(pointer) && !pgrx::varatt_is_1b_e(pointer));
         if !inline {
-            pointer = pg_sys::pg_detoast_datum_packed(pointer);
+            pointer = detoasted(pointer);
         }
         std::slice::from_raw_parts(
             pgrx::vardata_any(pointer) as *const u8,
             pgrx::varsize_any_exhdr(pointer),
         )
     }
+}
+
+/// A compressed or out-of-line varlena's detoasted copy, in the current memory context.
+/// Out of line: PostgreSQL's error handling around the call (a setjmp) would otherwise
+/// set up its frame in every row's call.
+///
+/// # Safety
+/// `pointer` must be a valid varlena.
+#[cold]
+#[inline(never)]
+unsafe fn detoasted(pointer: *mut pg_sys::varlena) -> *mut pg_sys::varlena {
+    // SAFETY: as the caller guarantees.
+    unsafe { pg_sys::pg_detoast_datum_packed(pointer) }
 }
 
 /// An item as it is hashed and compared, made only by [`ItemType::key`] (so that a key
