@@ -81,11 +81,18 @@ def create_tables(connection):
             cursor.execute(
                 f"CREATE TABLE {name} AS SELECT 'item-' || floor(power({items}, random()))::int AS item "
                 f"FROM generate_series(1, {ROWS})")
+        for name in ("items_1k", "items_100k"):
+            cursor.execute(f"VACUUM (FREEZE, ANALYZE) {name}")
+    create_number_tables(connection)
+
+
+def create_number_tables(connection):
+    """Uniform numbers in GROUPS groups: `numbers` (ROWS rows), `numbers_small` (a fifth)."""
+    with connection.cursor() as cursor:
         for name, rows in (("numbers", ROWS), ("numbers_small", SMALL_ROWS)):
             cursor.execute(f"DROP TABLE IF EXISTS {name}")
             cursor.execute(f"CREATE TABLE {name} AS SELECT i % {GROUPS} AS g, random() * 1e6 AS v, "
                            f"(random() * 1e6)::int AS iv FROM generate_series(1, {rows}) i")
-        for name in ("items_1k", "items_100k", "numbers", "numbers_small"):
             cursor.execute(f"VACUUM (FREEZE, ANALYZE) {name}")
 
 

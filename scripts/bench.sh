@@ -18,12 +18,8 @@ ensure_bench_venv
 DIR="${PG_EXP_MECH_BENCH_DIR:-/tmp/pg_exp_mech-bench}"
 PORT="$(free_port 57432)"
 say "starting a benchmark cluster in $DIR on port $PORT"
-# Memory enough that percentile_cont sorts in memory (a spilling baseline would flatter
-# us) and the tables stay cached; no JIT compilation noise on either side.
-start_cluster "$DIR" "$PORT" "shared_buffers = '4GB'" "work_mem = '1GB'" "jit = off" \
-    "max_parallel_workers_per_gather = 2" "max_parallel_workers = 4"
 trap 'stop_cluster "$DIR"' EXIT
-cluster_psql "$DIR" "$PORT" -q -c "CREATE EXTENSION pg_exp_mech"
+start_bench_cluster "$DIR" "$PORT"
 DSN="host=$DIR port=$PORT user=postgres dbname=postgres"
 mkdir -p bench/out
 

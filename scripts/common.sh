@@ -221,6 +221,15 @@ start_cluster() {
     as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
 }
 
+# The cluster of make bench and make bench-profile in $1 on port $2, with the extension:
+# memory enough that percentile_cont sorts in memory (a spilling baseline would flatter
+# us) and the tables stay cached; no JIT compilation noise on either side.
+start_bench_cluster() {
+    start_cluster "$1" "$2" "shared_buffers = '4GB'" "work_mem = '1GB'" "jit = off" \
+        "max_parallel_workers_per_gather = 2" "max_parallel_workers = 4"
+    cluster_psql "$1" "$2" -q -c "CREATE EXTENSION pg_exp_mech"
+}
+
 stop_cluster() {
     local dir="$1"
     if [ -f "$dir/data/postmaster.pid" ]; then

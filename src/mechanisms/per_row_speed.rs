@@ -6,8 +6,8 @@
 //!         -- --ignored --nocapture per_row_speed
 //!
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
-//! and integer values in one group, and in 10,000 groups of 1,000 values (rows arriving
-//! round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
+//! and integer values in one group, and in 10,000 groups of 1,000 values and of 200 (rows
+//! arriving round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
 //! merge (a parallel plan's combine) and of a draw (over 1,000 values and over 200). `argmax_per_row_speed` does the same
 //! for dp_argmax's hash and score table.
 
@@ -75,6 +75,13 @@ fn per_row_speed() {
         }
         black_box(groups.len());
     });
+    let float_grouped_small = median_ns(ROWS / 5, || {
+        let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+        for (i, &value) in floats[..ROWS / 5].iter().enumerate() {
+            groups[i % GROUPS].add(locator.locate(value));
+        }
+        black_box(groups.len());
+    });
     let integer_grouped = median_ns(ROWS, || {
         let mut groups: Vec<GridCounts> = (0..GROUPS)
             .map(|_| GridCounts::new(integer_grid.size))
@@ -129,6 +136,7 @@ fn per_row_speed() {
     );
     println!("  integer, one group:          {integer_one:6.1} ns/row");
     println!("  float, {GROUPS} groups:       {float_grouped:6.1} ns/row");
+    println!("  float, {GROUPS} groups of 200: {float_grouped_small:5.1} ns/row");
     println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
     println!("  draw, a group of 1,000:      {:6.1} µs", draw / 1e3);
     println!("    of which listing its places: {:6.1} µs", listing / 1e3);

@@ -1,0 +1,178 @@
+"""Where the grouped dp_quantile's time goes (`make bench-profile`; README, Performance).
+
+Issue 22 asks the grouped dp_quantile (10,000 groups) to take at most 1.2x PostgreSQL's
+own `count(v)` with the same GROUP BY, and, where that proves out of reach, to show with
+figures where the time goes: PostgreSQL's own share, ours, libm. For each table this
+prints:
+
+- the medians of RUNS runs of both queries, alternated, timed as bench.py times them;
+- the samples of `perf record` (cpu-clock) in the backend while our query runs, by
+  library: `postgres` (PostgreSQL's own work: the scan, the hash table, calling the
+  aggregate), `pg_exp_mech.so` (ours), libm, libc and the kernel, each turned into
+  seconds as its share of our median;
+- our work at its speed in Rust alone, with nothing else in the caches (per_row_speed:
+  the rows of 10,000 groups located and counted, then one draw per group);
+- a bound below which the query cannot go unless PostgreSQL's own share shrinks:
+  PostgreSQL's share plus our work at its Rust-alone speed (the kernel and libc left out).
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import tempfile
+
+import psycopg
+
+from bench import GROUPS, ROWS, RUNS, SMALL_ROWS, create_number_tables, timed
+
+OURS = "SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM {table} GROUP BY g"
+BASELINE = "SELECT g, count(v) FROM {table} GROUP BY g"
+GOAL = 1.2
+
+
+def rust_alone(path):
+    """Per-row and per-draw costs from the per_row_speed output saved at `path`."""
+    text = open(path, encoding="utf-8").read()
+
+    def number(pattern):
+        match = re.search(pattern, text)
+        if not match:
+            raise SystemExit(f"{path}: no line matches {pattern!r}")
+        return float(match.group(1))
+
+    return {
+        "numbers": {"ns_per_row": number(r"float, \d+ groups:\s+([\d.]+) ns/row"),
+                    "us_per_draw": number(r"draw, a group of 1,000:\s+([\d.]+) µs")},
+        "numbers_small": {"ns_per_row": number(r"float, \d+ groups of 200:\s+([\d.]+) ns/row"),
+                          "us_per_draw": number(r"draw, a group of 200:\s+([\d.]+) µs")},
+    }
+
+
+def shares_by_library(dsn, query, runs):
+    """Fractions of the backend's perf samples by library while `query` runs `runs` times."""
+    with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_workers_per_gather = 0")
+        timed(cursor, query)  # warm-up, outside the profile
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+        with tempfile.TemporaryDirectory() as directory:
+            data = os.path.join(directory, "perf.data")
+            recorder = subprocess.Popen(
+                ["perf", "record", "-e", "cpu-clock", "-F", "2000", "-p", str(pid), "-o", data],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                for _ in range(runs):
+                    timed(cursor, query)
+            finally:
+                recorder.send_signal(signal.SIGINT)
+                recorder.wait()
+            report = subprocess.run(
+                ["perf", "report", "-i", data, "--sort", "dso", "--stdio", "--no-children"],
+                check=True, capture_output=True, text=True).stdout
+    shares = {}
+    for line in report.splitlines():
+        match = re.match(r"\s+([\d.]+)%\s+(\S.*?)\s*$", line)
+        if match:
+            shares[match.group(2)] = float(match.group(1)) / 100
+    return shares
+
+
+def library_group(library):
+    if library == "postgres":
+        return "postgres"
+    if library.startswith("pg_exp_mech"):
+        return "ours"
+    if library.startswith("libm"):
+        return "libm"
+    if library.startswith("[kernel"):
+        return "kernel"
+    if library.startswith("libc"):
+        return "libc"
+    return "other"
+
+
+def measure(dsn, table, rows, speed):
+    ours, baseline = OURS.format(table=table), BASELINE.format(table=table)
+    with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_workers_per_gather = 0")
+        timed(cursor, ours), timed(cursor, baseline)  # warm-up
+        ours_times, baseline_times = [], []
+        for _ in range(RUNS):
+            ours_times.append(timed(cursor, ours))
+            baseline_times.append(timed(cursor, baseline))
+    result = {"table": table, "rows": rows, "groups": GROUPS,
+              "ours": statistics.median(ours_times),
+              "baseline": statistics.median(baseline_times),
+              "ours_runs": ours_times, "baseline_runs": baseline_times}
+    seconds = {}
+    for library, share in shares_by_library(dsn, ours, RUNS).items():
+        group = library_group(library)
+        seconds[group] = seconds.get(group, 0.0) + share * result["ours"]
+    result["seconds_by_library"] = seconds
+    result["baseline_postgres_share"] = shares_by_library(dsn, baseline, RUNS).get("postgres", 0.0)
+    alone = speed[table]
+    result["rust_alone"] = {
+        "rows": rows * alone["ns_per_row"] * 1e-9,
+        "draws": GROUPS * alone["us_per_draw"] * 1e-6,
+        **alone,
+    }
+    result["bound"] = seconds.get("postgres", 0.0) + result["rust_alone"]["rows"] + \
+        result["rust_alone"]["draws"]
+    return result
+
+
+def markdown(results):
+    lines = [
+        "| rows (10,000 groups) | `count(v)` (s) | goal: 1.2x (s) | dp_quantile (s) | "
+        "PostgreSQL (`postgres`) | ours (`pg_exp_mech.so`) | kernel | libc | libm | "
+        "ours in Rust alone: rows + draws | bound: PostgreSQL + ours in Rust alone |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        s = r["seconds_by_library"]
+        alone = r["rust_alone"]
+        lines.append(
+            f"| {r['rows']:,} | {r['baseline']:.3f} | {GOAL * r['baseline']:.3f} | "
+            f"{r['ours']:.3f} ({r['ours'] / r['baseline']:.2f}x) | "
+            f"{s.get('postgres', 0):.3f} | {s.get('ours', 0):.3f} | {s.get('kernel', 0):.3f} | "
+            f"{s.get('libc', 0):.3f} | {s.get('libm', 0):.4f} | "
+            f"{alone['rows']:.3f} + {alone['draws']:.3f} ({alone['ns_per_row']} ns a row, "
+            f"{alone['us_per_draw']} µs a draw) | "
+            f"{r['bound']:.3f} ({r['bound'] / r['baseline']:.2f}x) |")
+    lines.append("")
+    lines.append("Seconds of our median by library (perf cpu-clock samples of the backend, "
+                 f"{RUNS} runs); `count(v)` spent "
+                 + ", ".join(f"{r['baseline_postgres_share']:.1%}" for r in results)
+                 + " of its samples in `postgres`.")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--per-row-speed", required=True,
+                        help="the saved output of the per_row_speed micro-benchmark")
+    arguments = parser.parse_args()
+    speed = rust_alone(arguments.per_row_speed)
+    with psycopg.connect(arguments.dsn, autocommit=True) as connection:
+        connection.execute("SELECT setseed(0.42)")
+        print(f"generating tables of {ROWS:,} and {SMALL_ROWS:,} rows", flush=True)
+        create_number_tables(connection)
+    results = [measure(arguments.dsn, table, rows, speed)
+               for table, rows in (("numbers", ROWS), ("numbers_small", SMALL_ROWS))]
+    os.makedirs(arguments.out, exist_ok=True)
+    with open(os.path.join(arguments.out, "profile.json"), "w") as out:
+        json.dump({"runs": RUNS, "goal": GOAL, "results": results}, out, indent=1)
+    table = markdown(results)
+    with open(os.path.join(arguments.out, "profile.md"), "w") as out:
+        out.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
