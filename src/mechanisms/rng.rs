@@ -148,6 +148,81 @@ mod tests {
     }
 
     #[test]
+    fn forked_children_and_grandchildren_of_os_seeding_draw_their_own_streams() {
+        let parents_first = with_generator(Seeding::Os, |rng| rng.next_u64());
+        let mut pipe = [0; 2];
+        // SAFETY: as in the test above, with one more generation: the child forks a
+        // grandchild, which writes its word and exits; the child waits for it, then
+        // writes its own two words and exits. Only the parent reads, after closing its
+        // write end, so that a process that wrote nothing is an end of file.
+        let (read, status, words) = unsafe {
+            assert_eq!(libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            let child = libc::fork();
+            assert!(child >= 0, "fork");
+            if child == 0 {
+                let failed = std::panic::catch_unwind(|| {
+                    let first = with_generator(Seeding::Os, |rng| rng.next_u64());
+                    let grandchild = libc::fork();
+                    if grandchild == 0 {
+                        let drawn = std::panic::catch_unwind(|| {
+                            with_generator(Seeding::Os, |rng| rng.next_u64())
+                        });
+                        if let Ok(word) = drawn {
+                            libc::write(pipe[1], word.to_ne_bytes().as_ptr().cast(), 8);
+                        }
+                        libc::_exit(drawn.is_err() as i32);
+                    }
+                    let mut status = 0;
+                    libc::waitpid(grandchild, &mut status, 0);
+                    let next = with_generator(Seeding::Os, |rng| rng.next_u64());
+                    for word in [first, next] {
+                        libc::write(pipe[1], word.to_ne_bytes().as_ptr().cast(), 8);
+                    }
+                    grandchild < 0 || status != 0
+                });
+                libc::_exit(!matches!(failed, Ok(false)) as i32);
+            }
+            libc::close(pipe[1]);
+            let mut bytes = [0u8; 24];
+            let mut read = 0;
+            while read < bytes.len() {
+                let n = libc::read(
+                    pipe[0],
+                    bytes[read..].as_mut_ptr().cast(),
+                    bytes.len() - read,
+                );
+                if n <= 0 {
+                    break;
+                }
+                read += n as usize;
+            }
+            let mut status = 0;
+            libc::waitpid(child, &mut status, 0);
+            libc::close(pipe[0]);
+            let word = |i: usize| u64::from_ne_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap());
+            (read, status, [word(0), word(1), word(2)])
+        };
+        assert!(
+            read == 24 && status == 0,
+            "read {read} bytes, the child exited {status}"
+        );
+        let [grandchilds, childs_first, childs_next] = words;
+        let parents_next = with_generator(Seeding::Os, |rng| rng.next_u64());
+        let all = [
+            parents_first,
+            parents_next,
+            childs_first,
+            childs_next,
+            grandchilds,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b, "two processes drew the same word: {all:x?}");
+            }
+        }
+    }
+
+    #[test]
     fn os_seeding_differs_from_run_to_run() {
         let a = with_generator(Seeding::Os, |rng| rng.next_u64());
         // Leaving and re-entering OS seeding draws new entropy.
