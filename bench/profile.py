@@ -12,8 +12,13 @@ prints:
   seconds as its share of our median;
 - our work at its speed in Rust alone, with nothing else in the caches (per_row_speed:
   the rows of 10,000 groups located and counted, then one draw per group);
-- a bound below which the query cannot go unless PostgreSQL's own share shrinks:
-  PostgreSQL's share plus our work at its Rust-alone speed (the kernel and libc left out).
+- the same query in the floor build (feature bench_floor, on a cluster of its own): each
+  group's state is made, each row read and not counted, each group finalized (over no
+  values) and the statement charged, so it takes PostgreSQL's work and ours per group,
+  without our per-row work and draws;
+- two bounds below which the query cannot go while the work stays what it is: PostgreSQL's
+  share plus our work at its Rust-alone speed (the kernel and libc left out), and the floor
+  build's time plus our work at its Rust-alone speed (no attribution of samples needed).
 """
 
 import argparse
@@ -95,8 +100,8 @@ def library_group(library):
     return "other"
 
 
-def measure(dsn, table, rows, speed):
-    ours, baseline = OURS.format(table=table), BASELINE.format(table=table)
+def alternated(dsn, ours, baseline):
+    """Medians of RUNS runs of `ours` and `baseline`, alternated, after a warm-up each."""
     with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
         cursor.execute("SET max_parallel_workers_per_gather = 0")
         timed(cursor, ours), timed(cursor, baseline)  # warm-up
@@ -104,10 +109,14 @@ def measure(dsn, table, rows, speed):
         for _ in range(RUNS):
             ours_times.append(timed(cursor, ours))
             baseline_times.append(timed(cursor, baseline))
-    result = {"table": table, "rows": rows, "groups": GROUPS,
-              "ours": statistics.median(ours_times),
-              "baseline": statistics.median(baseline_times),
-              "ours_runs": ours_times, "baseline_runs": baseline_times}
+    return statistics.median(ours_times), statistics.median(baseline_times)
+
+
+def measure(dsn, floor_dsn, table, rows, speed):
+    ours, baseline = OURS.format(table=table), BASELINE.format(table=table)
+    result = {"table": table, "rows": rows, "groups": GROUPS}
+    result["ours"], result["baseline"] = alternated(dsn, ours, baseline)
+    result["floor"], result["floor_baseline"] = alternated(floor_dsn, ours, baseline)
     seconds = {}
     for library, share in shares_by_library(dsn, ours, RUNS).items():
         group = library_group(library)
@@ -120,50 +129,64 @@ def measure(dsn, table, rows, speed):
         "draws": GROUPS * alone["us_per_draw"] * 1e-6,
         **alone,
     }
-    result["bound"] = seconds.get("postgres", 0.0) + result["rust_alone"]["rows"] + \
-        result["rust_alone"]["draws"]
+    ours_alone = result["rust_alone"]["rows"] + result["rust_alone"]["draws"]
+    result["bound_by_share"] = seconds.get("postgres", 0.0) + ours_alone
+    result["bound_by_floor"] = result["floor"] + ours_alone
     return result
 
 
 def markdown(results):
     lines = [
         "| rows (10,000 groups) | `count(v)` (s) | goal: 1.2x (s) | dp_quantile (s) | "
-        "PostgreSQL (`postgres`) | ours (`pg_exp_mech.so`) | kernel | libc | libm | "
-        "ours in Rust alone: rows + draws | bound: PostgreSQL + ours in Rust alone |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "PostgreSQL (`postgres`) | ours (`pg_exp_mech.so`) | kernel | libc | libm |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         s = r["seconds_by_library"]
-        alone = r["rust_alone"]
         lines.append(
             f"| {r['rows']:,} | {r['baseline']:.3f} | {GOAL * r['baseline']:.3f} | "
             f"{r['ours']:.3f} ({r['ours'] / r['baseline']:.2f}x) | "
             f"{s.get('postgres', 0):.3f} | {s.get('ours', 0):.3f} | {s.get('kernel', 0):.3f} | "
-            f"{s.get('libc', 0):.3f} | {s.get('libm', 0):.4f} | "
-            f"{alone['rows']:.3f} + {alone['draws']:.3f} ({alone['ns_per_row']} ns a row, "
-            f"{alone['us_per_draw']} µs a draw) | "
-            f"{r['bound']:.3f} ({r['bound'] / r['baseline']:.2f}x) |")
+            f"{s.get('libc', 0):.3f} | {s.get('libm', 0):.4f} |")
     lines.append("")
     lines.append("Seconds of our median by library (perf cpu-clock samples of the backend, "
                  f"{RUNS} runs); `count(v)` spent "
                  + ", ".join(f"{r['baseline_postgres_share']:.1%}" for r in results)
                  + " of its samples in `postgres`.")
+    lines += [
+        "",
+        "| rows (10,000 groups) | ours in Rust alone: rows + draws (s) | floor build (s; its "
+        "cluster's `count(v)`) | bound: PostgreSQL's share + ours in Rust alone | "
+        "bound: floor build + ours in Rust alone |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        alone = r["rust_alone"]
+        lines.append(
+            f"| {r['rows']:,} | {alone['rows']:.3f} + {alone['draws']:.3f} "
+            f"({alone['ns_per_row']} ns a row, {alone['us_per_draw']} µs a draw) | "
+            f"{r['floor']:.3f} ({r['floor_baseline']:.3f}: "
+            f"{r['floor'] / r['floor_baseline']:.2f}x) | "
+            f"{r['bound_by_share']:.3f} ({r['bound_by_share'] / r['baseline']:.2f}x) | "
+            f"{r['bound_by_floor']:.3f} ({r['bound_by_floor'] / r['floor_baseline']:.2f}x) |")
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
+    parser.add_argument("--floor-dsn", required=True, help="a cluster with the floor build")
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-row-speed", required=True,
                         help="the saved output of the per_row_speed micro-benchmark")
     arguments = parser.parse_args()
     speed = rust_alone(arguments.per_row_speed)
-    with psycopg.connect(arguments.dsn, autocommit=True) as connection:
-        connection.execute("SELECT setseed(0.42)")
-        print(f"generating tables of {ROWS:,} and {SMALL_ROWS:,} rows", flush=True)
-        create_number_tables(connection)
-    results = [measure(arguments.dsn, table, rows, speed)
+    for dsn in (arguments.dsn, arguments.floor_dsn):
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute("SELECT setseed(0.42)")
+            print(f"generating tables of {ROWS:,} and {SMALL_ROWS:,} rows", flush=True)
+            create_number_tables(connection)
+    results = [measure(arguments.dsn, arguments.floor_dsn, table, rows, speed)
                for table, rows in (("numbers", ROWS), ("numbers_small", SMALL_ROWS))]
     os.makedirs(arguments.out, exist_ok=True)
     with open(os.path.join(arguments.out, "profile.json"), "w") as out:

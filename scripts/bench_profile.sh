@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Where the grouped dp_quantile's time goes: `make bench-profile` (README, Performance).
-# Builds pg_exp_mech in release mode, runs the per-row micro-benchmark (our work in Rust
-# alone), starts a throwaway cluster with make bench's settings, generates its number
-# tables and times the grouped dp_quantile against count(v) while perf samples the
-# backend (bench/profile.py). Results in bench/out/profile.md. Sizes as for make bench
-# (BENCH_ROWS, BENCH_GROUPS, BENCH_RUNS). Needs perf (Debian's linux-perf, installed here
-# if missing) and root, to sample another user's process.
+# Builds pg_exp_mech in release mode, and its floor build (feature bench_floor: the
+# quantile transitions make each group's state and return without counting the row) into
+# a copy of the PostgreSQL installation under /var/tmp; runs the per-row micro-benchmark
+# (our work in Rust alone); starts one throwaway cluster with each library and make
+# bench's settings, generates the number tables in both, and times the grouped
+# dp_quantile against count(v) while perf samples the backend (bench/profile.py). Results
+# in bench/out/profile.md. Sizes as for make bench (BENCH_ROWS, BENCH_GROUPS, BENCH_RUNS).
+# Needs perf (Debian's linux-perf, installed here if missing) and root, to sample another
+# user's process.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
 ensure_prerequisites
@@ -14,6 +17,14 @@ if ! command -v perf >/dev/null; then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
+say "building the floor build (feature bench_floor) into a copy of PostgreSQL"
+FLOOR_PACKAGE="${CARGO_TARGET_DIR:-$REPO/target}/package-floor"
+rm -rf "$FLOOR_PACKAGE"
+cargo pgrx package --features bench_floor --pg-config "$PG_CONFIG" --out-dir "$FLOOR_PACKAGE" \
+    >/dev/null
+FLOOR_ROOT="/var/tmp/pg_exp_mech-floor"
+install_into_copy "$FLOOR_ROOT" "$FLOOR_PACKAGE"
+FLOOR_PG_CONFIG="$FLOOR_ROOT$("$PG_CONFIG" --bindir)/pg_config"
 install_extension release
 ensure_bench_venv
 mkdir -p bench/out
@@ -25,10 +36,13 @@ cargo test --release --features "$PG_FEATURE pg_test" --no-default-features --li
 
 DIR="${PG_EXP_MECH_BENCH_DIR:-/tmp/pg_exp_mech-bench}"
 PORT="$(free_port 57432)"
-say "starting a benchmark cluster in $DIR on port $PORT"
-trap 'stop_cluster "$DIR"' EXIT
+FLOOR_PORT="$(free_port $((PORT + 1)))"
+say "starting benchmark clusters in $DIR (port $PORT) and $DIR-floor (port $FLOOR_PORT)"
+trap 'stop_cluster "$DIR"; PG_CONFIG="$FLOOR_PG_CONFIG" stop_cluster "$DIR-floor"' EXIT
 start_bench_cluster "$DIR" "$PORT"
+(PG_CONFIG="$FLOOR_PG_CONFIG"; start_bench_cluster "$DIR-floor" "$FLOOR_PORT")
 say "the grouped dp_quantile against count(v), sampled by perf"
 (cd bench && ../.venv/bin/python profile.py --out out --per-row-speed out/per_row_speed.txt \
-    --dsn "host=$DIR port=$PORT user=postgres dbname=postgres")
+    --dsn "host=$DIR port=$PORT user=postgres dbname=postgres" \
+    --floor-dsn "host=$DIR-floor port=$FLOOR_PORT user=postgres dbname=postgres")
 say "done: bench/out/profile.md"

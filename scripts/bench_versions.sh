@@ -15,8 +15,8 @@ ensure_bench_venv
 
 TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
 TREE="$TARGET/versions/$OLD_SHA"
-# The old library in a copy of the PostgreSQL installation (relocatable: its paths follow
-# its binaries), so that each cluster finds its own library and SQL under $libdir.
+# The old library in a copy of the PostgreSQL installation, so that each cluster finds
+# its own library and SQL under $libdir.
 ROOT="/var/tmp/pg_exp_mech-versions/$OLD_SHA"
 OLD_PG_CONFIG="$ROOT$("$PG_CONFIG" --bindir)/pg_config"
 if [ ! -x "$OLD_PG_CONFIG" ]; then
@@ -24,15 +24,7 @@ if [ ! -x "$OLD_PG_CONFIG" ]; then
     [ -d "$TREE" ] || git worktree add --detach "$TREE" "$OLD_SHA" >/dev/null
     (cd "$TREE" && CARGO_TARGET_DIR="$TREE/target" cargo pgrx package --pg-config "$PG_CONFIG" \
         --out-dir "$TREE/package") >/dev/null
-    as_root rm -rf "$ROOT.new"
-    for dir in "$("$PG_CONFIG" --bindir)/.." "$("$PG_CONFIG" --sharedir)"; do
-        dir="$(cd "$dir" && pwd)"
-        as_root mkdir -p "$ROOT.new$(dirname "$dir")"
-        as_root cp -a "$dir" "$ROOT.new$(dirname "$dir")/"
-    done
-    as_root cp -a "$TREE/package/." "$ROOT.new/"
-    as_root rm -rf "$ROOT"
-    as_root mv "$ROOT.new" "$ROOT"
+    install_into_copy "$ROOT" "$TREE/package"
 fi
 
 DIR="${PG_EXP_MECH_BENCH_DIR:-/tmp/pg_exp_mech-bench}"

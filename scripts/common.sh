@@ -221,6 +221,23 @@ start_cluster() {
     as_owner env -u RUST_BACKTRACE "$(pg_bindir)/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
 }
 
+# Installs the package in $2 into a copy of the PostgreSQL installation at $1
+# (relocatable: its paths follow its binaries), so that a cluster started with
+# PG_CONFIG="$1$("$PG_CONFIG" --bindir)/pg_config" finds this library and SQL under its
+# $libdir while another cluster runs the installed one.
+install_into_copy() {
+    local root="$1" package="$2" dir
+    as_root rm -rf "$root.new"
+    for dir in "$("$PG_CONFIG" --bindir)/.." "$("$PG_CONFIG" --sharedir)"; do
+        dir="$(cd "$dir" && pwd)"
+        as_root mkdir -p "$root.new$(dirname "$dir")"
+        as_root cp -a "$dir" "$root.new$(dirname "$dir")/"
+    done
+    as_root cp -a "$package/." "$root.new/"
+    as_root rm -rf "$root"
+    as_root mv "$root.new" "$root"
+}
+
 # The cluster of make bench and make bench-profile in $1 on port $2, with the extension:
 # memory enough that percentile_cont sorts in memory (a spilling baseline would flatter
 # us) and the tables stay cached; no JIT compilation noise on either side.
