@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Where the grouped dp_quantile's time goes: `make bench-profile` (README, Performance).
 # Builds pg_exp_mech in release mode, and its floor build (feature bench_floor: the
-# quantile transitions make each group's state and return without counting the row) into
-# a copy of the PostgreSQL installation under /var/tmp; runs the per-row micro-benchmark
-# (our work in Rust alone); starts one throwaway cluster with each library and make
-# bench's settings, generates the number tables in both, and times the grouped
-# dp_quantile against count(v) while perf samples the backend (bench/profile.py). Results
-# in bench/out/profile.md. Sizes as for make bench (BENCH_ROWS, BENCH_GROUPS, BENCH_RUNS).
-# Needs perf (Debian's linux-perf, installed here if missing) and root, to sample another
-# user's process.
+# quantile transitions make each group's state and return without counting the row, the
+# finals answer without a draw; in target/floor) into a copy of the PostgreSQL
+# installation under /var/tmp; runs the per-row micro-benchmark (our work in Rust alone);
+# starts one throwaway cluster with each library and make bench's settings, generates the
+# number tables in both, and times the grouped dp_quantile against count(v) on both while
+# perf samples the backend (bench/profile.py). Results in bench/out/profile.md. 10^7 rows
+# in 10^4 groups only (the sizes per_row_speed times); BENCH_RUNS (7) runs. Needs root,
+# for perf to sample another user's process and the kernel, and perf (Debian's
+# linux-perf, installed here if missing).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "make bench-profile runs as root: perf samples the server's backend and the kernel" >&2
+    exit 1
+fi
 ensure_prerequisites
 if ! command -v perf >/dev/null; then
     say "installing perf (linux-perf)"
@@ -18,12 +23,13 @@ if ! command -v perf >/dev/null; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
 say "building the floor build (feature bench_floor) into a copy of PostgreSQL"
-FLOOR_PACKAGE="${CARGO_TARGET_DIR:-$REPO/target}/package-floor"
-rm -rf "$FLOOR_PACKAGE"
-cargo pgrx package --features bench_floor --pg-config "$PG_CONFIG" --out-dir "$FLOOR_PACKAGE" \
-    >/dev/null
+# A target directory of its own, so that neither build makes the other rebuild.
+FLOOR_TARGET="${CARGO_TARGET_DIR:-$REPO/target}/floor"
+rm -rf "$FLOOR_TARGET/package"
+CARGO_TARGET_DIR="$FLOOR_TARGET" cargo pgrx package --features bench_floor \
+    --pg-config "$PG_CONFIG" --out-dir "$FLOOR_TARGET/package" >/dev/null
 FLOOR_ROOT="/var/tmp/pg_exp_mech-floor"
-install_into_copy "$FLOOR_ROOT" "$FLOOR_PACKAGE"
+install_into_copy "$FLOOR_ROOT" "$FLOOR_TARGET/package"
 FLOOR_PG_CONFIG="$FLOOR_ROOT$("$PG_CONFIG" --bindir)/pg_config"
 install_extension release
 ensure_bench_venv
@@ -38,7 +44,8 @@ DIR="${PG_EXP_MECH_BENCH_DIR:-/tmp/pg_exp_mech-bench}"
 PORT="$(free_port 57432)"
 FLOOR_PORT="$(free_port $((PORT + 1)))"
 say "starting benchmark clusters in $DIR (port $PORT) and $DIR-floor (port $FLOOR_PORT)"
-trap 'stop_cluster "$DIR"; PG_CONFIG="$FLOOR_PG_CONFIG" stop_cluster "$DIR-floor"' EXIT
+trap 'stop_cluster "$DIR"; PG_CONFIG="$FLOOR_PG_CONFIG" stop_cluster "$DIR-floor"
+      rm -rf "$FLOOR_ROOT"' EXIT
 start_bench_cluster "$DIR" "$PORT"
 (PG_CONFIG="$FLOOR_PG_CONFIG"; start_bench_cluster "$DIR-floor" "$FLOOR_PORT")
 say "the grouped dp_quantile against count(v), sampled by perf"

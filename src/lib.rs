@@ -19,6 +19,12 @@ pub mod testing;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    if cfg!(feature = "bench_floor") {
+        pgrx::warning!(
+            "pg_exp_mech is make bench-profile's floor build (feature bench_floor): \
+             dp_quantile and dp_quantiles ignore their rows"
+        );
+    }
     extension::guc::register();
     // Budgets live in shared memory, which only a preloaded library can reserve.
     // SAFETY: a flag PostgreSQL sets while it loads shared_preload_libraries; reading it
