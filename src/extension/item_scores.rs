@@ -9,7 +9,7 @@ use super::forms::{Aggregate, Form};
 use super::guc;
 use super::items::{ItemType, StoredItem};
 use super::memory::ContextAllocator;
-use super::serialization::Bytes;
+use super::serialization::{to_cbor, Bytes};
 use super::OrRaise;
 use crate::error::Error;
 use crate::mechanisms::rng::Seeding;
@@ -344,7 +344,7 @@ impl State for ItemScores {
             };
             serialized.lengths.push(length);
         }
-        serde_cbor::to_vec(&serialized).expect("the state serializes")
+        to_cbor(&serialized)
     }
 
     fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {

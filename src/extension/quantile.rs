@@ -14,7 +14,7 @@ use super::forms::{
 use super::guc;
 use super::items::array_elements;
 use super::memory::ContextAllocator;
-use super::serialization::Bytes;
+use super::serialization::{to_cbor, Bytes};
 use crate::error::Error;
 use crate::mechanisms::quantile::{
     sample_quantile, sample_quantiles, sample_quantiles_recursive, Grid, GridCounts, IntegerGrid,
@@ -280,7 +280,7 @@ impl State for QuantileState {
             parameters: self.parameters.clone(),
             counts: Bytes(self.counts.to_bytes()),
         };
-        serde_cbor::to_vec(&serialized).expect("the state serializes")
+        to_cbor(&serialized)
     }
 
     fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {

@@ -7,6 +7,13 @@
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+/// A serialized state's CBOR, packed: fields and variants by index, not by name (a parallel
+/// plan's leader decodes one state per group and worker; names made every decode match
+/// strings). serde_cbor reads both forms.
+pub fn to_cbor<T: Serialize>(state: &T) -> Vec<u8> {
+    serde_cbor::ser::to_vec_packed(state).expect("the state serializes")
+}
+
 /// Bytes that serialize as one byte string.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Bytes(pub Vec<u8>);
@@ -52,6 +59,31 @@ impl<'de> Deserialize<'de> for Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_states_name_no_field() {
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        enum Grid {
+            Float { lo: f64, hi: f64 },
+        }
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct State {
+            parameters: Grid,
+            counts: Bytes,
+        }
+        let state = State {
+            parameters: Grid::Float { lo: 0.0, hi: 1.0 },
+            counts: Bytes(vec![1, 2, 3]),
+        };
+        let packed = to_cbor(&state);
+        let named = serde_cbor::to_vec(&state).unwrap();
+        assert!(packed.len() < named.len());
+        for name in ["parameters", "counts", "Float", "lo"] {
+            let found = |bytes: &[u8]| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+            assert!(found(&named) && !found(&packed), "{name}");
+        }
+        assert_eq!(serde_cbor::from_slice::<State>(&packed).unwrap(), state);
+    }
 
     #[test]
     fn bytes_round_trip_as_one_byte_string() {

@@ -61,6 +61,17 @@ impl<A: Allocator + Clone> SparseCells<A> {
         Ok(true)
     }
 
+    /// Adds cells in bulk (another state's pending cells, in the order they came): as
+    /// many pushes, one copy. Ok(true) when the pending cells were merged in.
+    pub(super) fn extend(&mut self, cells: &[u32]) -> Result<bool, CountOverflow> {
+        self.pending.extend_from_slice(cells);
+        if self.pending.len() < self.merge_at {
+            return Ok(false);
+        }
+        self.compact()?;
+        Ok(true)
+    }
+
     /// Sets the sorted counts (and so when pending cells next merge).
     pub(super) fn set_sorted(&mut self, sorted: AllocVec<(u32, u32), A>) {
         self.merge_at = (2 * sorted.len()).max(Self::PENDING);

@@ -39,12 +39,38 @@ impl<A: Allocator + Clone> Histogram<A> {
         self.total += 1;
         match &mut self.cells {
             Cells::Dense(dense) => dense.push(cell),
-            // Only a merge can make the sorted counts too many.
             Cells::Sparse(sparse) => match sparse.push(cell) {
                 Ok(false) => {}
-                Ok(true) if sparse.sorted.len() as u64 <= (self.grid_size as u64 + 1) / 16 => {}
-                _ => self.densify(),
+                merged => self.densify_if(merged),
             },
+        }
+    }
+
+    /// Counts one value in each of `cells`: [`Histogram::add`] for each, with one copy
+    /// while sparse (a combine appends another state's pending cells).
+    pub fn add_cells(&mut self, cells: &[u32]) {
+        debug_assert!(cells.iter().all(|&cell| cell <= self.grid_size));
+        self.total += cells.len() as u64;
+        match &mut self.cells {
+            Cells::Dense(dense) => cells.iter().for_each(|&cell| dense.push(cell)),
+            Cells::Sparse(sparse) => match sparse.extend(cells) {
+                Ok(false) => {}
+                merged => self.densify_if(merged),
+            },
+        }
+    }
+
+    /// After pending cells were merged into the sparse cells: dense once the sorted
+    /// counts are too many (only a merge can make them so), or a count overflowed.
+    #[cold]
+    fn densify_if(&mut self, merged: Result<bool, CountOverflow>) {
+        let Cells::Sparse(sparse) = &self.cells else {
+            return;
+        };
+        match merged {
+            Ok(false) => {}
+            Ok(true) if sparse.sorted.len() as u64 <= (self.grid_size as u64 + 1) / 16 => {}
+            _ => self.densify(),
         }
     }
 
@@ -76,8 +102,18 @@ impl<A: Allocator + Clone> Histogram<A> {
     /// Adds every count of `other` (same grid). Two dense histograms add counter by
     /// counter (O(K), no list of a million cells in between).
     pub fn merge<B: Allocator + Clone>(&mut self, other: &Histogram<B>) {
-        let Cells::Dense(theirs) = &other.cells else {
-            return self.add_counts(&other.occupied());
+        let theirs = match &other.cells {
+            Cells::Sparse(theirs) => {
+                // Their sorted counts merge in; their pending cells are appended, not
+                // sorted first (a parallel plan's combine: most groups' are all pending).
+                if !theirs.sorted.is_empty() {
+                    let sorted: Vec<(u32, u64)> =
+                        theirs.sorted.iter().map(|&(c, n)| (c, n as u64)).collect();
+                    self.add_counts(&sorted);
+                }
+                return self.add_cells(&theirs.pending);
+            }
+            Cells::Dense(theirs) => theirs,
         };
         self.densify();
         self.total += other.total;
@@ -91,19 +127,24 @@ impl<A: Allocator + Clone> Histogram<A> {
         );
     }
 
-    /// The histogram as bytes (little-endian): a tag, then the occupied cells and counts
-    /// (sparse), or the byte counters, the carries and the pending cells (dense).
+    /// The histogram as bytes (little-endian): a tag, then the sorted counts and the
+    /// pending cells as they are (sparse: nothing sorted for the bytes), or the byte
+    /// counters, the carries and the pending cells (dense).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
         let put_u32 = |bytes: &mut Vec<u8>, n: u32| bytes.extend_from_slice(&n.to_le_bytes());
         match &self.cells {
             Cells::Sparse(sparse) => {
-                let occupied = sparse.occupied();
+                bytes.reserve(9 + 8 * sparse.sorted.len() + 4 * sparse.pending.len());
                 bytes.push(0);
-                put_u32(&mut bytes, occupied.len() as u32);
-                for (cell, count) in occupied {
+                put_u32(&mut bytes, sparse.sorted.len() as u32);
+                for &(cell, count) in &sparse.sorted {
                     put_u32(&mut bytes, cell);
-                    bytes.extend_from_slice(&count.to_le_bytes());
+                    put_u32(&mut bytes, count);
+                }
+                put_u32(&mut bytes, sparse.pending.len() as u32);
+                for &cell in &sparse.pending {
+                    put_u32(&mut bytes, cell);
                 }
             }
             Cells::Dense(dense) => {
@@ -130,10 +171,17 @@ impl<A: Allocator + Clone> Histogram<A> {
         let mut histogram = Self::new_in(grid_size, allocator);
         match reader.take(1)[0] {
             0 => {
-                let count = reader.u32() as usize;
-                let occupied: Vec<(u32, u64)> =
-                    (0..count).map(|_| (reader.u32(), reader.u64())).collect();
-                histogram.add_counts(&occupied);
+                let sorted: Vec<(u32, u64)> = (0..reader.u32())
+                    .map(|_| (reader.u32(), reader.u32() as u64))
+                    .collect();
+                if !sorted.is_empty() {
+                    histogram.add_counts(&sorted);
+                }
+                let pending = reader.u32() as usize;
+                let pending: Vec<u32> = (reader.take(4 * pending).chunks_exact(4))
+                    .map(|cell| u32::from_le_bytes(cell.try_into().expect("4 bytes")))
+                    .collect();
+                histogram.add_cells(&pending);
             }
             _ => {
                 let low = reader.take(grid_size as usize + 1);

@@ -546,12 +546,79 @@ fn histograms_travel_as_bytes_and_merge() {
         plain.add_counts(&b.occupied());
         plain.occupied()
     };
-    for (a, b) in [(&dense, &also_dense), (&sparse, &dense), (&dense, &sparse)] {
+    // Sparse ones with sorted counts and pending cells (2,000 values: merged once), one
+    // with pending cells only, and ones whose pending cells together pass the merge
+    // threshold, or pass a sixteenth of the grid (the merge goes dense).
+    // (A sparse histogram holds at most 256 sorted cells on this grid.)
+    let repeating = |values: u32, distinct: u32, first: u32| {
+        let mut histogram = Histogram::new(grid_size);
+        (0..values).for_each(|i| histogram.add(first + i % distinct));
+        histogram
+    };
+    let sorted_and_pending = repeating(1500, 200, 0);
+    let Cells::Sparse(cells) = &sorted_and_pending.cells else {
+        unreachable!("sparse");
+    };
+    assert_eq!((cells.sorted.len(), cells.pending.len()), (200, 476));
+    let pending_only = repeating(900, 150, 1000);
+    let many = repeating(800, 100, 2000);
+    let pairs = [
+        (&dense, &also_dense),
+        (&sparse, &dense),
+        (&dense, &sparse),
+        (&sparse, &sorted_and_pending),
+        (&sorted_and_pending, &sparse),
+        (&pending_only, &pending_only),
+        (&sorted_and_pending, &many),
+    ];
+    for (a, b) in pairs {
         let mut merged = a.clone();
         merged.merge(b);
         assert_eq!(merged.occupied(), expected(a, b));
         assert_eq!(merged.total(), a.total() + b.total());
+        let copy = Histogram::from_bytes(grid_size, &merged.to_bytes(), Global);
+        assert_eq!(copy.occupied(), merged.occupied());
+        assert_eq!(copy.total(), merged.total());
     }
+    let mut twice = pending_only.clone();
+    twice.merge(&pending_only);
+    let Cells::Sparse(cells) = &twice.cells else {
+        unreachable!("150 cells stay sparse");
+    };
+    assert_eq!(
+        (cells.sorted.len(), cells.pending.len()),
+        (150, 0),
+        "the appended cells passed the threshold and were merged"
+    );
+    let mut dense_now = sorted_and_pending.clone();
+    dense_now.merge(&many);
+    assert!(
+        matches!(dense_now.cells, Cells::Dense(_)),
+        "300 cells: past a sixteenth"
+    );
+}
+
+/// A sparse histogram travels as its sorted counts and its pending cells as they came:
+/// nothing is sorted to write the bytes, and the copy holds the same cells.
+#[test]
+fn sparse_histograms_travel_unsorted() {
+    let mut histogram = Histogram::new(1 << 12);
+    for cell in [9, 3, 9, 1] {
+        histogram.add(cell);
+    }
+    let mut expected = vec![0u8];
+    expected.extend(0u32.to_le_bytes());
+    expected.extend(4u32.to_le_bytes());
+    for cell in [9u32, 3, 9, 1] {
+        expected.extend(cell.to_le_bytes());
+    }
+    assert_eq!(histogram.to_bytes(), expected);
+    let copy = Histogram::from_bytes(1 << 12, &expected, Global);
+    let Cells::Sparse(cells) = &copy.cells else {
+        unreachable!("sparse");
+    };
+    assert_eq!(cells.pending.as_slice(), [9, 3, 9, 1]);
+    assert_eq!(copy.occupied(), [(1, 1), (3, 1), (9, 2)]);
 }
 
 #[test]
