@@ -4,7 +4,8 @@ the same run (`make bench`; README, section Performance).
 Every query is timed the same way: client wall time of SELECT count(q.*) FROM (<query>) q,
 so no result rows travel and no instrumentation runs; one warm-up each (in the first pass,
 without workers), then RUNS runs alternating ours and the baseline; medians are reported,
-with the number of workers each plan asked for.
+with the number of workers each plan asked for and got (one more run, under EXPLAIN
+ANALYZE).
 """
 
 import argparse
@@ -129,9 +130,9 @@ def run_unit_cases(connection):
                 medians = [statistics.median(t) for t in times]
                 result = {"case": name, "workers": workers, "ours": medians[0],
                           "ours_runs": times[0],
-                          "ours_workers_planned": workers_planned(cursor, ours),
+                          "ours_workers": workers_used(cursor, ours),
                           "against": [{"name": b, "seconds": m, "runs": t, "ratio": medians[0] / m,
-                                       "workers_planned": workers_planned(cursor, q)}
+                                       "workers": workers_used(cursor, q)}
                                       for (b, q), m, t in zip(baselines, medians[1:], times[1:])]}
                 results.append(result)
                 print(f"{name:52} workers {workers}: {medians[0]:7.3f} s; "
@@ -164,12 +165,17 @@ def timed(cursor, query):
     return time.perf_counter() - started
 
 
-def workers_planned(cursor, query):
-    """The parallel workers the plan asks for (0 for a serial plan), from plain EXPLAIN."""
-    cursor.execute(f"EXPLAIN (COSTS OFF) SELECT count(q.*) FROM ({query}) q")
-    planned = [int(line.split(":")[1]) for (line,) in cursor.fetchall()
-               if "Workers Planned:" in line]
-    return max(planned, default=0)
+def workers_used(cursor, query):
+    """The parallel workers the plan asks for and those it got (0, 0 for a serial plan),
+    from one run under EXPLAIN ANALYZE: a plan may ask for workers and get none (no free
+    worker slot), and then runs as a serial one."""
+    cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(q.*) FROM ({query}) q")
+    lines = [line for (line,) in cursor.fetchall()]
+
+    def most(label):
+        return max((int(line.split(":")[1]) for line in lines if label in line), default=0)
+
+    return most("Workers Planned:"), most("Workers Launched:")
 
 
 def run_cases(connection):
@@ -189,8 +195,8 @@ def run_cases(connection):
                     "ours": statistics.median(ours_times),
                     "baseline": statistics.median(baseline_times),
                     "ours_runs": ours_times, "baseline_runs": baseline_times,
-                    "ours_workers_planned": workers_planned(cursor, ours),
-                    "baseline_workers_planned": workers_planned(cursor, baseline),
+                    "ours_workers": workers_used(cursor, ours),
+                    "baseline_workers": workers_used(cursor, baseline),
                 }
                 result["ratio"] = result["ours"] / result["baseline"]
                 results.append(result)
@@ -251,7 +257,7 @@ def backend_peak_memory(dsn, query, work_mem=None):
 
 
 def markdown(results, memory, charges):
-    lines = ["| query | against | max workers | workers planned (ours, PostgreSQL) | "
+    lines = ["| query | against | max workers | workers planned/launched (ours; PostgreSQL) | "
              "pg_exp_mech (s) | PostgreSQL (s) | ratio | goal |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
@@ -262,7 +268,8 @@ def markdown(results, memory, charges):
         else:
             goal = f"<= {r['goal']}x ({'met' if r['ratio'] <= r['goal'] else '**missed**'})"
         lines.append(f"| {r['case']} | `{against}` | {r['workers']} | "
-                     f"{r['ours_workers_planned']}, {r['baseline_workers_planned']} | {r['ours']:.3f} | "
+                     f"{'/'.join(map(str, r['ours_workers']))}; "
+                     f"{'/'.join(map(str, r['baseline_workers']))} | {r['ours']:.3f} | "
                      f"{r['baseline']:.3f} | {r['ratio']:.2f}x | {goal} |")
     lines.append("")
     lines.append(f"Charges of one execution of the {GROUPS:,}-group query: " + ", ".join(
