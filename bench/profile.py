@@ -19,7 +19,11 @@ rows, and a fifth of them) this prints:
   PostgreSQL at its Rust-alone speed: the floor build's time plus the Rust-alone costs,
   against A's and B's `count(v)` (the two clusters' `count(v)` differ by a few percent).
 
-The serial plan only (no parallel workers): a parallel plan adds serialize and combine.
+All of that for the serial plan. Then, for the plan with up to 2 workers on A: the
+medians of plain runs of both queries, and of runs under EXPLAIN ANALYZE split into
+phases: the partial aggregation in each process (scan, transitions, serialize), until the
+last partial state reaches the leader, combining them (deserialize and combine), and the
+finals, which PostgreSQL runs in the leader alone.
 """
 
 import argparse
@@ -146,7 +150,60 @@ def measure(dsn, floor_dsn, table, rows, speed):
     }
     result["estimate"] = result["floor"] + result["rust_alone"]["rows"] + \
         result["rust_alone"]["draws"]
+    result["parallel"] = parallel(dsn, table)
     return result
+
+
+def plan_nodes(plan):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def parallel_phases(cursor, query):
+    """One run of `query` with 2 workers under EXPLAIN ANALYZE, in phases (ms, each
+    inflated by EXPLAIN's timing): the partial aggregation (scan, transitions, serialize;
+    its processes' mean), until the Gather's last partial state, combining them (the
+    finalize node's first answer: deserialize and combine every partial state), the
+    finals (every group's final function, after it)."""
+    cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}")
+    ((explained,),) = cursor.fetchall()
+    nodes = list(plan_nodes(explained[0]["Plan"]))
+    partial = next(n for n in nodes if n.get("Partial Mode") == "Partial")
+    gather = next(n for n in nodes if n["Node Type"] == "Gather")
+    final = next(n for n in nodes if n.get("Partial Mode") == "Finalize")
+    return {
+        "workers_launched": gather["Workers Launched"],
+        "partial": partial["Actual Total Time"],
+        "gather": gather["Actual Total Time"] - partial["Actual Total Time"],
+        "combine": final["Actual Startup Time"] - gather["Actual Total Time"],
+        "finals": final["Actual Total Time"] - final["Actual Startup Time"],
+        "total": explained[0]["Execution Time"],
+    }
+
+
+def parallel(dsn, table):
+    """A's queries with up to 2 workers: RUNS plain runs each, alternated (medians, s),
+    and RUNS runs of each under EXPLAIN ANALYZE in phases (medians, ms)."""
+    ours, baseline = OURS.format(table=table), BASELINE.format(table=table)
+    times, phases = {"ours": [], "baseline": []}, {"ours": [], "baseline": []}
+    with psycopg.connect(dsn, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_workers_per_gather = 2")
+        timed(cursor, ours), timed(cursor, baseline)  # warm-up
+        for _ in range(RUNS):
+            times["ours"].append(timed(cursor, ours))
+            times["baseline"].append(timed(cursor, baseline))
+        for _ in range(RUNS):
+            phases["ours"].append(parallel_phases(cursor, ours))
+            phases["baseline"].append(parallel_phases(cursor, baseline))
+    return {
+        "runs": times,
+        "ours": statistics.median(times["ours"]),
+        "baseline": statistics.median(times["baseline"]),
+        "phases": {name: {phase: statistics.median(run[phase] for run in runs)
+                          for phase in runs[0]} for name, runs in phases.items()},
+        "phase_runs": phases,
+    }
 
 
 def markdown(results):
@@ -182,6 +239,26 @@ def markdown(results):
             f"{r['floor']:.3f} ({r['floor'] / r['floor_baseline']:.2f}x of B's `count(v)`) | "
             f"{r['floor_baseline']:.3f} | {r['estimate']:.3f} | "
             f"{r['estimate'] / r['baseline']:.2f}x | {r['estimate'] / r['floor_baseline']:.2f}x |")
+    lines += [
+        "",
+        "With up to 2 workers (A; the leader takes part in the scan, so three processes "
+        "share the two cores): plain runs (s), then the phases of runs under EXPLAIN "
+        "ANALYZE (ms, medians; its timing inflates each).",
+        "",
+        "| rows (10,000 groups) | query | plain run (s) | workers launched | partial aggregation "
+        "(scan, transitions, serialize) | until the last partial state | combine | finals "
+        "| EXPLAIN ANALYZE total |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        p = r["parallel"]
+        for name, label in (("ours", "dp_quantile"), ("baseline", "`count(v)`")):
+            f = p["phases"][name]
+            ratio = f" ({p['ours'] / p['baseline']:.2f}x)" if name == "ours" else ""
+            lines.append(
+                f"| {r['rows']:,} | {label} | {p[name]:.3f}{ratio} | {f['workers_launched']:g} | "
+                f"{f['partial']:.0f} | {f['gather']:.0f} | {f['combine']:.0f} | {f['finals']:.0f} "
+                f"| {f['total']:.0f} |")
     return "\n".join(lines)
 
 

@@ -6,7 +6,8 @@
 # installation under /var/tmp; runs the per-row micro-benchmark (our work in Rust alone);
 # starts one throwaway cluster with each library and make bench's settings, generates the
 # number tables in both, and times the grouped dp_quantile against count(v) on both while
-# perf samples the backend (bench/profile.py). Results in bench/out/profile.md. 10^7 rows
+# perf samples the backend, then on the first with 2 workers, in phases (bench/profile.py).
+# Results in bench/out/profile.md. 10^7 rows
 # in 10^4 groups only (the sizes per_row_speed times); BENCH_RUNS (7) runs. Needs root,
 # for perf to sample another user's process and the kernel, and perf (Debian's
 # linux-perf, installed here if missing).
