@@ -650,6 +650,38 @@ mod tests {
         check(query, 0.9, 2.0);
     }
 
+    /// With one seed, a parallel plan answers as the serial one: its partial states
+    /// travel as bytes (counted per cell or as they came, sparse or dense: 40, 10⁵ and
+    /// 2·10⁵ distinct values, about a third in each process) and combine into the same
+    /// counts, and the draw reads only the counts.
+    #[pg_test]
+    fn a_parallel_plan_answers_as_the_serial_one_with_the_same_seed() {
+        run(&[
+            "CREATE TABLE spread AS SELECT (i % 40)::float8 AS few,
+                    (i % 100000)::float8 / 100 AS many, i::float8 / 200 AS dense
+               FROM generate_series(1, 200000) i",
+            "ANALYZE spread",
+        ]);
+        let answers = |value: &str| -> Vec<String> {
+            let query = format!("SELECT dp_quantile({value}, 0.3, 0, 1000, 0.5)::text FROM spread");
+            (1..=5)
+                .flat_map(|seed| {
+                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
+                    column(&query)
+                })
+                .collect()
+        };
+        run(&["SET LOCAL max_parallel_workers_per_gather = 0"]);
+        let serial: Vec<Vec<String>> = ["few", "many", "dense"].map(answers).into();
+        force_parallel_plans();
+        assert_parallel("SELECT dp_quantile(dense, 0.3, 0, 1000, 0.5) FROM spread");
+        let parallel: Vec<Vec<String>> = ["few", "many", "dense"].map(answers).into();
+        assert_eq!(serial, parallel);
+        assert!(serial
+            .iter()
+            .all(|a| a.iter().collect::<std::collections::HashSet<_>>().len() > 1));
+    }
+
     #[pg_test]
     fn quantiles_recursive_by_default_spend_epsilon_per_level() {
         grid_table();

@@ -7,11 +7,20 @@
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-/// A serialized state's CBOR, packed: fields and variants by index, not by name (a parallel
-/// plan's leader decodes one state per group and worker; names made every decode match
-/// strings). serde_cbor reads both forms.
+/// A serialized state's CBOR, packed, with enums as [variant, value]: fields and variants
+/// by index, not by name (a parallel plan's leader decodes one state per group and
+/// worker; names made every decode match strings; serde_cbor's packed form alone still
+/// names newtype variants). serde_cbor reads every form.
 pub fn to_cbor<T: Serialize>(state: &T) -> Vec<u8> {
-    serde_cbor::ser::to_vec_packed(state).expect("the state serializes")
+    let mut bytes = Vec::new();
+    let writer = serde_cbor::ser::IoWrite::new(&mut bytes);
+    let mut serializer = serde_cbor::Serializer::new(writer)
+        .packed_format()
+        .legacy_enums();
+    state
+        .serialize(&mut serializer)
+        .expect("the state serializes");
+    bytes
 }
 
 /// Bytes that serialize as one byte string.
@@ -62,27 +71,67 @@ mod tests {
 
     #[test]
     fn packed_states_name_no_field() {
+        // The shapes the states hold: a newtype variant (ValueGrid::Float(Grid)), a
+        // struct variant, unit variants (ValueType), options and lists.
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct Bounds {
+            lo: i64,
+            hi: f64,
+        }
         #[derive(Serialize, Deserialize, Debug, PartialEq)]
         enum Grid {
-            Float { lo: f64, hi: f64 },
+            Floating(Bounds),
+            Whole { step: u64 },
+        }
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        enum Kind {
+            Real,
+            Integral,
         }
         #[derive(Serialize, Deserialize, Debug, PartialEq)]
         struct State {
             parameters: Grid,
+            kind: Kind,
+            delta: Option<f64>,
+            alphas: Vec<f64>,
             counts: Bytes,
         }
-        let state = State {
-            parameters: Grid::Float { lo: 0.0, hi: 1.0 },
-            counts: Bytes(vec![1, 2, 3]),
-        };
-        let packed = to_cbor(&state);
-        let named = serde_cbor::to_vec(&state).unwrap();
-        assert!(packed.len() < named.len());
-        for name in ["parameters", "counts", "Float", "lo"] {
-            let found = |bytes: &[u8]| bytes.windows(name.len()).any(|w| w == name.as_bytes());
-            assert!(found(&named) && !found(&packed), "{name}");
+        let states = [
+            State {
+                parameters: Grid::Floating(Bounds { lo: -3, hi: 1.5 }),
+                kind: Kind::Integral,
+                delta: None,
+                alphas: vec![0.5, 0.9],
+                counts: Bytes(vec![1, 2, 3]),
+            },
+            State {
+                parameters: Grid::Whole { step: 7 },
+                kind: Kind::Real,
+                delta: Some(1e-6),
+                alphas: vec![],
+                counts: Bytes(vec![]),
+            },
+        ];
+        for state in states {
+            let packed = to_cbor(&state);
+            let named = serde_cbor::to_vec(&state).unwrap();
+            assert!(packed.len() < named.len());
+            let names = [
+                "parameters",
+                "kind",
+                "delta",
+                "alphas",
+                "counts",
+                "lo",
+                "step",
+            ];
+            let variants = ["Floating", "Whole", "Real", "Integral"];
+            for name in names.iter().chain(&variants) {
+                let found = |bytes: &[u8]| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+                assert!(!found(&packed), "{name} in {packed:?}");
+            }
+            assert_eq!(serde_cbor::from_slice::<State>(&packed).unwrap(), state);
         }
-        assert_eq!(serde_cbor::from_slice::<State>(&packed).unwrap(), state);
     }
 
     #[test]

@@ -17,6 +17,10 @@ pub struct Histogram<A: Allocator + Clone = Global> {
     pub(super) allocator: A,
 }
 
+/// Pending cells a sparse histogram's bytes carry as they are, whatever their number of
+/// distinct cells (1 KiB of them).
+const RAW_PENDING: usize = 256;
+
 impl Histogram<Global> {
     pub fn new(grid_size: u32) -> Self {
         Self::new_in(grid_size, Global)
@@ -127,24 +131,44 @@ impl<A: Allocator + Clone> Histogram<A> {
         );
     }
 
-    /// The histogram as bytes (little-endian): a tag, then the sorted counts and the
-    /// pending cells as they are (sparse: nothing sorted for the bytes), or the byte
-    /// counters, the carries and the pending cells (dense).
+    /// The histogram as bytes (little-endian): a tag, then for a sparse one (tag 2) its
+    /// counts per cell and its pending cells, for a dense one (tag 1) the byte counters,
+    /// the carries and the pending cells. (Tag 0, the counts per cell alone, is what
+    /// earlier versions wrote: still read, for a Citus node not yet upgraded.)
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
         let put_u32 = |bytes: &mut Vec<u8>, n: u32| bytes.extend_from_slice(&n.to_le_bytes());
+        let put_counts =
+            |bytes: &mut Vec<u8>, counts: &mut dyn ExactSizeIterator<Item = (u32, u64)>| {
+                put_u32(bytes, counts.len() as u32);
+                for (cell, count) in counts {
+                    put_u32(bytes, cell);
+                    bytes.extend_from_slice(&count.to_le_bytes());
+                }
+            };
         match &self.cells {
             Cells::Sparse(sparse) => {
-                bytes.reserve(9 + 8 * sparse.sorted.len() + 4 * sparse.pending.len());
-                bytes.push(0);
-                put_u32(&mut bytes, sparse.sorted.len() as u32);
-                for &(cell, count) in &sparse.sorted {
-                    put_u32(&mut bytes, cell);
-                    put_u32(&mut bytes, count);
-                }
-                put_u32(&mut bytes, sparse.pending.len() as u32);
-                for &cell in &sparse.pending {
-                    put_u32(&mut bytes, cell);
+                bytes.push(2);
+                // Pending cells travel as they came: nothing is sorted for the bytes, and
+                // a combine appends them. A long list is counted per cell first if that
+                // is smaller (a column of few distinct values ships its counts, not its
+                // values: 12 bytes a cell against 4 a value).
+                let (sorted, pending) = (&sparse.sorted, &sparse.pending);
+                let counted = (pending.len() >= RAW_PENDING)
+                    .then(|| sparse.occupied())
+                    .filter(|counted| 3 * counted.len() < 3 * sorted.len() + pending.len());
+                match counted {
+                    Some(counted) => {
+                        put_counts(&mut bytes, &mut counted.into_iter());
+                        put_u32(&mut bytes, 0);
+                    }
+                    None => {
+                        put_counts(&mut bytes, &mut sorted.iter().map(|&(c, n)| (c, n as u64)));
+                        put_u32(&mut bytes, pending.len() as u32);
+                        for &cell in pending {
+                            put_u32(&mut bytes, cell);
+                        }
+                    }
                 }
             }
             Cells::Dense(dense) => {
@@ -170,20 +194,22 @@ impl<A: Allocator + Clone> Histogram<A> {
         let mut reader = Reader(bytes);
         let mut histogram = Self::new_in(grid_size, allocator);
         match reader.take(1)[0] {
-            0 => {
-                let sorted: Vec<(u32, u64)> = (0..reader.u32())
-                    .map(|_| (reader.u32(), reader.u32() as u64))
+            tag @ (0 | 2) => {
+                let counts: Vec<(u32, u64)> = (0..reader.u32())
+                    .map(|_| (reader.u32(), reader.u64()))
                     .collect();
-                if !sorted.is_empty() {
-                    histogram.add_counts(&sorted);
+                if !counts.is_empty() {
+                    histogram.add_counts(&counts);
                 }
-                let pending = reader.u32() as usize;
-                let pending: Vec<u32> = (reader.take(4 * pending).chunks_exact(4))
-                    .map(|cell| u32::from_le_bytes(cell.try_into().expect("4 bytes")))
-                    .collect();
-                histogram.add_cells(&pending);
+                if tag == 2 {
+                    let pending = reader.u32() as usize;
+                    let pending: Vec<u32> = (reader.take(4 * pending).chunks_exact(4))
+                        .map(|cell| u32::from_le_bytes(cell.try_into().expect("4 bytes")))
+                        .collect();
+                    histogram.add_cells(&pending);
+                }
             }
-            _ => {
+            1 => {
                 let low = reader.take(grid_size as usize + 1);
                 let carries: Vec<(u32, u64)> = (0..reader.u32())
                     .map(|_| (reader.u32(), reader.u64()))
@@ -198,6 +224,7 @@ impl<A: Allocator + Clone> Histogram<A> {
                 };
                 dense.add_dense(low, carries.into_iter(), &pending);
             }
+            tag => panic!("not the bytes of a histogram (tag {tag})"),
         }
         histogram
     }

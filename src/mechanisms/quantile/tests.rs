@@ -562,6 +562,7 @@ fn histograms_travel_as_bytes_and_merge() {
     assert_eq!((cells.sorted.len(), cells.pending.len()), (200, 476));
     let pending_only = repeating(900, 150, 1000);
     let many = repeating(800, 100, 2000);
+    let overlapping = repeating(1500, 100, 50);
     let pairs = [
         (&dense, &also_dense),
         (&sparse, &dense),
@@ -570,6 +571,7 @@ fn histograms_travel_as_bytes_and_merge() {
         (&sorted_and_pending, &sparse),
         (&pending_only, &pending_only),
         (&sorted_and_pending, &many),
+        (&sorted_and_pending, &overlapping),
     ];
     for (a, b) in pairs {
         let mut merged = a.clone();
@@ -590,6 +592,12 @@ fn histograms_travel_as_bytes_and_merge() {
         (150, 0),
         "the appended cells passed the threshold and were merged"
     );
+    let mut both_sorted = sorted_and_pending.clone();
+    both_sorted.merge(&overlapping);
+    assert!(
+        matches!(&both_sorted.cells, Cells::Sparse(cells) if cells.sorted.len() == 200),
+        "sorted counts on both sides, 200 cells: sparse"
+    );
     let mut dense_now = sorted_and_pending.clone();
     dense_now.merge(&many);
     assert!(
@@ -598,15 +606,15 @@ fn histograms_travel_as_bytes_and_merge() {
     );
 }
 
-/// A sparse histogram travels as its sorted counts and its pending cells as they came:
-/// nothing is sorted to write the bytes, and the copy holds the same cells.
+/// A sparse histogram travels as its counts per cell and its pending cells as they came
+/// (tag 2): nothing is sorted to write the bytes, and the copy holds the same cells.
 #[test]
 fn sparse_histograms_travel_unsorted() {
     let mut histogram = Histogram::new(1 << 12);
     for cell in [9, 3, 9, 1] {
         histogram.add(cell);
     }
-    let mut expected = vec![0u8];
+    let mut expected = vec![2u8];
     expected.extend(0u32.to_le_bytes());
     expected.extend(4u32.to_le_bytes());
     for cell in [9u32, 3, 9, 1] {
@@ -619,6 +627,64 @@ fn sparse_histograms_travel_unsorted() {
     };
     assert_eq!(cells.pending.as_slice(), [9, 3, 9, 1]);
     assert_eq!(copy.occupied(), [(1, 1), (3, 1), (9, 2)]);
+}
+
+/// A long pending list of few distinct cells travels counted per cell (12 bytes a cell,
+/// not 4 a value); one of many distinct cells, or a short one, as it came. Tag 0 (the
+/// counts alone, as earlier versions wrote them) is still read.
+#[test]
+fn sparse_histograms_travel_in_their_smaller_form() {
+    let grid_size = 1 << 12;
+    let filled = |cells: &mut dyn Iterator<Item = u32>| {
+        let mut histogram = Histogram::new(grid_size);
+        cells.for_each(|cell| histogram.add(cell));
+        histogram
+    };
+    let few_distinct = filled(&mut (0..1000).map(|i| i % 10));
+    let bytes = few_distinct.to_bytes();
+    assert_eq!(
+        bytes.len(),
+        1 + 4 + 10 * 12 + 4,
+        "counted: ten cells, no pending one"
+    );
+    let many_distinct = filled(&mut (0..1000).map(|i| (i * 7) % 4000));
+    let short = filled(&mut (0..255).map(|i| i % 3));
+    for (histogram, raw) in [(&many_distinct, 1000), (&short, 255)] {
+        let bytes = histogram.to_bytes();
+        assert_eq!(bytes.len(), 1 + 4 + 4 + 4 * raw, "as it came");
+    }
+    for histogram in [&few_distinct, &many_distinct, &short] {
+        let copy = Histogram::from_bytes(grid_size, &histogram.to_bytes(), Global);
+        assert_eq!(copy.occupied(), histogram.occupied());
+        assert_eq!(copy.total(), histogram.total());
+    }
+    let mut earlier = vec![0u8];
+    earlier.extend(2u32.to_le_bytes());
+    for (cell, count) in [(4u32, 3u64), (70, 1)] {
+        earlier.extend(cell.to_le_bytes());
+        earlier.extend(count.to_le_bytes());
+    }
+    let copy = Histogram::from_bytes(grid_size, &earlier, Global);
+    assert_eq!(copy.occupied(), [(4, 3), (70, 1)]);
+    assert_eq!(copy.total(), 4);
+}
+
+#[test]
+#[should_panic(expected = "not the bytes of a histogram (tag 3)")]
+fn bytes_of_no_histogram_are_refused() {
+    Histogram::from_bytes(1 << 12, &[3, 0, 0, 0, 0], Global);
+}
+
+/// Cells appended in bulk (a combine) that overflow a cell's 32-bit count make the
+/// histogram dense, as single values do.
+#[test]
+fn appended_cells_beyond_32_bits_go_dense() {
+    let mut histogram = Histogram::new(100);
+    histogram.add_counts(&[(5, u32::MAX as u64)]);
+    histogram.add_cells(&[5; 1024]);
+    assert!(matches!(histogram.cells, Cells::Dense(_)));
+    assert_eq!(histogram.occupied(), [(5, u32::MAX as u64 + 1024)]);
+    assert_eq!(histogram.total(), u32::MAX as u64 + 1024);
 }
 
 #[test]
