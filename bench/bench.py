@@ -167,8 +167,9 @@ def timed(cursor, query):
 
 def workers_used(cursor, query):
     """The parallel workers the plan asks for and those it got (0, 0 for a serial plan),
-    from one run under EXPLAIN ANALYZE: a plan may ask for workers and get none (no free
-    worker slot), and then runs as a serial one."""
+    in one more run under EXPLAIN ANALYZE after the timed ones (a plan may ask for workers
+    and get none, with no free worker slot, and then runs as a serial one); the largest
+    figures of its Gathers."""
     cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(q.*) FROM ({query}) q")
     lines = [line for (line,) in cursor.fetchall()]
 
