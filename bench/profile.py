@@ -22,8 +22,9 @@ rows, and a fifth of them) this prints:
 All of that for the serial plan. Then, for the plan with up to 2 workers on A: the
 medians of plain runs of both queries, and of runs under EXPLAIN ANALYZE split into
 phases: the partial aggregation in each process (scan, transitions, serialize), until the
-last partial state reaches the leader, combining them (deserialize and combine), and the
-finals, which PostgreSQL runs in the leader alone.
+last partial state reaches the leader, and the finalize node's own time, which
+PostgreSQL spends in the leader alone (deserialize and combine the partial states, and
+the finals).
 """
 
 import argparse
@@ -162,25 +163,34 @@ def plan_nodes(plan):
 
 def parallel_phases(cursor, query):
     """One run of `query` (as `timed` runs it) with 2 workers under EXPLAIN ANALYZE, in
-    phases (ms, each inflated by EXPLAIN's timing of every row): the partial aggregation
-    (scan, transitions, serialize; the mean of its processes), until the Gather's last
-    partial state, combining them (up to the finalize node's first answer: deserialize
-    and combine every partial state, partly while workers still run), the finals (every
-    group's final function, after it)."""
+    phases (ms, each inflated by EXPLAIN's timing of every row; node times include their
+    children's): the partial aggregation (scan, transitions, serialize; the mean of its
+    processes), until the Gather's last partial state (a Gather Merge's sort included),
+    and the finalize node's own time, in the leader alone: deserialize and combine every
+    partial state, and every group's final function. A hashed finalize combines them all
+    before its first answer, which splits the two; a sorted one interleaves them."""
     cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(q.*) FROM ({query}) q")
     ((explained,),) = cursor.fetchall()
     nodes = list(plan_nodes(explained[0]["Plan"]))
     partial = next(n for n in nodes if n.get("Partial Mode") == "Partial")
-    gather = next(n for n in nodes if n["Node Type"] == "Gather")
+    gather = next(n for n in nodes if n["Node Type"] in ("Gather", "Gather Merge"))
     final = next(n for n in nodes if n.get("Partial Mode") == "Finalize")
+    hashed = final.get("Strategy") == "Hashed"
     return {
         "workers_launched": gather["Workers Launched"],
         "partial": partial["Actual Total Time"],
         "gather": gather["Actual Total Time"] - partial["Actual Total Time"],
-        "combine": final["Actual Startup Time"] - gather["Actual Total Time"],
-        "finals": final["Actual Total Time"] - final["Actual Startup Time"],
+        "leader": final["Actual Total Time"] - gather["Actual Total Time"],
+        "finals": final["Actual Total Time"] - final["Actual Startup Time"] if hashed else None,
         "total": explained[0]["Execution Time"],
     }
+
+
+def summary(phase, values):
+    """The fewest workers launched; the median of a phase (None if a run had none)."""
+    if phase == "workers_launched":
+        return min(values)
+    return None if None in values else statistics.median(values)
 
 
 def parallel(dsn, table):
@@ -201,9 +211,8 @@ def parallel(dsn, table):
         "runs": times,
         "ours": statistics.median(times["ours"]),
         "baseline": statistics.median(times["baseline"]),
-        "phases": {name: {phase: (min if phase == "workers_launched" else statistics.median)(
-                              run[phase] for run in runs) for phase in runs[0]}
-                   for name, runs in phases.items()},
+        "phases": {name: {phase: summary(phase, [run[phase] for run in runs])
+                          for phase in runs[0]} for name, runs in phases.items()},
         "phase_runs": phases,
     }
 
@@ -247,9 +256,10 @@ def markdown(results):
         "share the two cores): plain runs (s), then the phases of runs under EXPLAIN "
         "ANALYZE (ms, medians; its timing inflates each).",
         "",
-        "| rows (10,000 groups) | query | plain run (s) | fewest workers launched | partial aggregation "
-        "(scan, transitions, serialize) | until the last partial state | combine | finals "
-        "| EXPLAIN ANALYZE total |",
+        "| rows (10,000 groups) | query | plain run (s) | fewest workers launched | partial "
+        "aggregation (scan, transitions, serialize) | until the last partial state | "
+        "finalize, in the leader alone (combine and finals) | of which finals (hashed "
+        "finalize only) | EXPLAIN ANALYZE total |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
@@ -257,9 +267,10 @@ def markdown(results):
         for name, label in (("ours", "dp_quantile"), ("baseline", "`count(v)`")):
             f = p["phases"][name]
             ratio = f" ({p['ours'] / p['baseline']:.2f}x)" if name == "ours" else ""
+            finals = "-" if f["finals"] is None else f"{f['finals']:.0f}"
             lines.append(
                 f"| {r['rows']:,} | {label} | {p[name]:.3f}{ratio} | {f['workers_launched']:g} | "
-                f"{f['partial']:.0f} | {f['gather']:.0f} | {f['combine']:.0f} | {f['finals']:.0f} "
+                f"{f['partial']:.0f} | {f['gather']:.0f} | {f['leader']:.0f} | {finals} "
                 f"| {f['total']:.0f} |")
     return "\n".join(lines)
 
