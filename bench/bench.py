@@ -130,9 +130,9 @@ def run_unit_cases(connection):
                 medians = [statistics.median(t) for t in times]
                 result = {"case": name, "workers": workers, "ours": medians[0],
                           "ours_runs": times[0],
-                          "ours_workers": workers_used(cursor, ours),
+                          "ours_workers": workers_used(cursor, ours, workers),
                           "against": [{"name": b, "seconds": m, "runs": t, "ratio": medians[0] / m,
-                                       "workers": workers_used(cursor, q)}
+                                       "workers": workers_used(cursor, q, workers)}
                                       for (b, q), m, t in zip(baselines, medians[1:], times[1:])]}
                 results.append(result)
                 print(f"{name:52} workers {workers}: {medians[0]:7.3f} s; "
@@ -165,11 +165,13 @@ def timed(cursor, query):
     return time.perf_counter() - started
 
 
-def workers_used(cursor, query):
+def workers_used(cursor, query, most):
     """The parallel workers the plan asks for and those it got (0, 0 for a serial plan),
     in one more run under EXPLAIN ANALYZE after the timed ones (a plan may ask for workers
     and get none, with no free worker slot, and then runs as a serial one); the largest
-    figures of its Gathers."""
+    figures of its Gathers. No run where no worker may be asked for (`most` 0)."""
+    if most == 0:
+        return 0, 0
     cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(q.*) FROM ({query}) q")
     lines = [line for (line,) in cursor.fetchall()]
 
@@ -196,8 +198,8 @@ def run_cases(connection):
                     "ours": statistics.median(ours_times),
                     "baseline": statistics.median(baseline_times),
                     "ours_runs": ours_times, "baseline_runs": baseline_times,
-                    "ours_workers": workers_used(cursor, ours),
-                    "baseline_workers": workers_used(cursor, baseline),
+                    "ours_workers": workers_used(cursor, ours, workers),
+                    "baseline_workers": workers_used(cursor, baseline, workers),
                 }
                 result["ratio"] = result["ours"] / result["baseline"]
                 results.append(result)

@@ -172,9 +172,15 @@ def parallel_phases(cursor, query):
     cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(q.*) FROM ({query}) q")
     ((explained,),) = cursor.fetchall()
     nodes = list(plan_nodes(explained[0]["Plan"]))
-    partial = next(n for n in nodes if n.get("Partial Mode") == "Partial")
-    gather = next(n for n in nodes if n["Node Type"] in ("Gather", "Gather Merge"))
-    final = next(n for n in nodes if n.get("Partial Mode") == "Finalize")
+    partial = next((n for n in nodes if n.get("Partial Mode") == "Partial"), None)
+    gather = next((n for n in nodes if n["Node Type"] in ("Gather", "Gather Merge")), None)
+    final = next((n for n in nodes if n.get("Partial Mode") == "Finalize"), None)
+    if None in (partial, gather, final) or final["Plans"][0] is not gather:
+        # Another plan shape (serial, or a sort between the Gather and the finalize): no
+        # phases, only its total.
+        return {"workers_launched": gather["Workers Launched"] if gather else 0,
+                "partial": None, "gather": None, "leader": None, "finals": None,
+                "total": explained[0]["Execution Time"]}
     hashed = final.get("Strategy") == "Hashed"
     return {
         "workers_launched": gather["Workers Launched"],
@@ -257,7 +263,8 @@ def markdown(results):
         "ANALYZE (ms, medians; its timing inflates each).",
         "",
         "| rows (10,000 groups) | query | plain run (s) | fewest workers launched | partial "
-        "aggregation (scan, transitions, serialize) | until the last partial state | "
+        "aggregation (scan, transitions, serialize) | until the last partial state (a "
+        "Gather Merge's sort included) | "
         "finalize, in the leader alone (combine and finals) | of which finals (hashed "
         "finalize only) | EXPLAIN ANALYZE total |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -267,11 +274,12 @@ def markdown(results):
         for name, label in (("ours", "dp_quantile"), ("baseline", "`count(v)`")):
             f = p["phases"][name]
             ratio = f" ({p['ours'] / p['baseline']:.2f}x)" if name == "ours" else ""
-            finals = "-" if f["finals"] is None else f"{f['finals']:.0f}"
+            shown = {phase: "-" if f[phase] is None else f"{f[phase]:.0f}"
+                     for phase in ("partial", "gather", "leader", "finals")}
             lines.append(
                 f"| {r['rows']:,} | {label} | {p[name]:.3f}{ratio} | {f['workers_launched']:g} | "
-                f"{f['partial']:.0f} | {f['gather']:.0f} | {f['leader']:.0f} | {finals} "
-                f"| {f['total']:.0f} |")
+                f"{shown['partial']} | {shown['gather']} | {shown['leader']} | "
+                f"{shown['finals']} | {f['total']:.0f} |")
     return "\n".join(lines)
 
 

@@ -21,6 +21,17 @@ pub struct Histogram<A: Allocator + Clone = Global> {
 /// distinct cells (1 KiB of them).
 const RAW_PENDING: usize = 256;
 
+/// The bits of a 4,096-bit map that `cells` set, one each at a hash of the cell: at most
+/// their number of distinct cells.
+pub(super) fn bits_set(cells: &[u32]) -> usize {
+    let mut bits = [0u64; 64];
+    for &cell in cells {
+        let bit = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+        bits[bit / 64] |= 1 << (bit % 64);
+    }
+    bits.iter().map(|word| word.count_ones() as usize).sum()
+}
+
 impl Histogram<Global> {
     pub fn new(grid_size: u32) -> Self {
         Self::new_in(grid_size, Global)
@@ -134,7 +145,7 @@ impl<A: Allocator + Clone> Histogram<A> {
     /// The histogram as bytes (little-endian): a tag, then for a sparse one (tag 2) its
     /// counts per cell and its pending cells, for a dense one (tag 1) the byte counters,
     /// the carries and the pending cells. (Tag 0, the counts per cell alone, is what
-    /// earlier versions wrote: still read, for a Citus node not yet upgraded.)
+    /// versions before tag 2 wrote: still read from them; they cannot read tag 2.)
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
         let put_u32 = |bytes: &mut Vec<u8>, n: u32| bytes.extend_from_slice(&n.to_le_bytes());
@@ -154,9 +165,13 @@ impl<A: Allocator + Clone> Histogram<A> {
                 // is smaller (a column of few distinct values ships its counts, not its
                 // values: 12 bytes a cell against 4 a value).
                 let (sorted, pending) = (&sparse.sorted, &sparse.pending);
-                let counted = (pending.len() >= RAW_PENDING)
+                let smaller = |distinct: usize| 3 * distinct < 3 * sorted.len() + pending.len();
+                // Sorted only if it could pay: the pending cells' distinct count is at
+                // least that of a bitmap's bits they set (a float column's are all
+                // distinct, and stay as they came without a sort).
+                let counted = (pending.len() >= RAW_PENDING && smaller(bits_set(pending)))
                     .then(|| sparse.occupied())
-                    .filter(|counted| 3 * counted.len() < 3 * sorted.len() + pending.len());
+                    .filter(|counted| smaller(counted.len()));
                 match counted {
                     Some(counted) => {
                         put_counts(&mut bytes, &mut counted.into_iter());

@@ -658,6 +658,34 @@ fn sparse_histograms_travel_in_their_smaller_form() {
         assert_eq!(copy.occupied(), histogram.occupied());
         assert_eq!(copy.total(), histogram.total());
     }
+    // At the boundary: 255 pending cells travel as they came, 256 counted (content
+    // checked). The sorted counts weigh in: 100 sorted cells and 300 pending values in 50
+    // new cells travel counted (3·150 < 3·100 + 300), in 300 new cells as they came.
+    let at_255 = filled(&mut (0..255).map(|i| i % 5));
+    assert_eq!(at_255.to_bytes().len(), 1 + 4 + 4 + 4 * 255);
+    let at_256 = filled(&mut (0..256).map(|i| i % 5));
+    let mut expected = vec![2u8];
+    expected.extend(5u32.to_le_bytes());
+    for (cell, count) in [(0u32, 52u64), (1, 51), (2, 51), (3, 51), (4, 51)] {
+        expected.extend(cell.to_le_bytes());
+        expected.extend(count.to_le_bytes());
+    }
+    expected.extend(0u32.to_le_bytes());
+    assert_eq!(at_256.to_bytes(), expected);
+    let sorted_then_pending = |new_cells: u32| {
+        let mut histogram = filled(&mut (0..1024).map(|i| i % 100));
+        (0..300).for_each(|i| histogram.add(1000 + i % new_cells));
+        histogram
+    };
+    let narrow = sorted_then_pending(50);
+    assert_eq!(narrow.to_bytes().len(), 1 + 4 + 150 * 12 + 4);
+    let wide = sorted_then_pending(300);
+    assert_eq!(wide.to_bytes().len(), 1 + 4 + 100 * 12 + 4 + 4 * 300);
+    for histogram in [&at_255, &at_256, &wide, &narrow] {
+        let copy = Histogram::from_bytes(grid_size, &histogram.to_bytes(), Global);
+        assert_eq!(copy.occupied(), histogram.occupied());
+        assert_eq!(copy.total(), histogram.total());
+    }
     let mut earlier = vec![0u8];
     earlier.extend(2u32.to_le_bytes());
     for (cell, count) in [(4u32, 3u64), (70, 1)] {
@@ -667,6 +695,25 @@ fn sparse_histograms_travel_in_their_smaller_form() {
     let copy = Histogram::from_bytes(grid_size, &earlier, Global);
     assert_eq!(copy.occupied(), [(4, 3), (70, 1)]);
     assert_eq!(copy.total(), 4);
+}
+
+/// The bitmap that spares a float column's bytes a sort: each distinct cell sets at most
+/// one bit (so a count of them never overstates), and 333 distinct cells set nearly 333.
+#[test]
+fn bits_set_bound_the_distinct_cells() {
+    let repeated: Vec<u32> = (0..1000).map(|i| (i % 10) * 7919).collect();
+    assert!(bits_set(&repeated) <= 10);
+    // The cells of 333 values of a float column (random places on 2^21 half cells).
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(22);
+    let distinct: std::collections::BTreeSet<u32> =
+        (0..333).map(|_| rng.random_range(0..1 << 21)).collect();
+    let distinct: Vec<u32> = distinct.into_iter().collect();
+    let set = bits_set(&distinct);
+    assert!(
+        set <= distinct.len() && set >= 300,
+        "{set} of {}",
+        distinct.len()
+    );
 }
 
 #[test]
