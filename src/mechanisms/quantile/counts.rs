@@ -61,6 +61,24 @@ impl<A: Allocator + Clone> Histogram<A> {
         }
     }
 
+    /// [`Histogram::add`] when that needs no allocation and no merge (a sparse histogram
+    /// with room for one more pending cell): true; false, and nothing changed, otherwise.
+    /// Never allocates or panics (rows counted outside pgrx's guard).
+    #[inline(always)]
+    pub fn add_in_place(&mut self, cell: u32) -> bool {
+        let Cells::Sparse(sparse) = &mut self.cells else {
+            return false;
+        };
+        let length = sparse.pending.len();
+        // One short of merge_at: the push that reaches it merges (SparseCells::push).
+        if length + 1 >= sparse.merge_at || length == sparse.pending.capacity() {
+            return false;
+        }
+        sparse.pending.push(cell);
+        self.total += 1;
+        true
+    }
+
     /// Counts one value in each of `cells`: [`Histogram::add`] for each, with one copy
     /// while sparse (a combine appends another state's pending cells).
     pub fn add_cells(&mut self, cells: &[u32]) {
@@ -348,6 +366,26 @@ impl<A: Allocator + Clone> GridCounts<A> {
         match place {
             Place::At(j) => self.at.add(j),
             Place::Between(j) => self.between.add(j),
+        }
+    }
+
+    /// Whether both histograms are sparse: only then can a value be counted in place
+    /// ([`GridCounts::add_in_place`]), so a dense one's caller need not locate it first.
+    #[inline(always)]
+    pub fn is_sparse(&self) -> bool {
+        matches!(
+            (&self.at.cells, &self.between.cells),
+            (Cells::Sparse(_), Cells::Sparse(_))
+        )
+    }
+
+    /// [`GridCounts::add`] when that needs no allocation and no merge
+    /// ([`Histogram::add_in_place`]).
+    #[inline(always)]
+    pub fn add_in_place(&mut self, place: Place) -> bool {
+        match place {
+            Place::At(j) => self.at.add_in_place(j),
+            Place::Between(j) => self.between.add_in_place(j),
         }
     }
 

@@ -212,7 +212,9 @@ impl IntegerGrid {
         }
         // value − lo in [0, 2^64): exact as a wrapping difference read unsigned.
         let offset = value.wrapping_sub(self.lo) as u64;
-        if self.step == 1 {
+        // (<= 1: a division by a variable that may be zero would keep a panic in the
+        // unguarded per-row path; a grid's step is at least 1.)
+        if self.step <= 1 {
             return Place::At(offset as u32); // whole numbers: every value is a point
         }
         let (j, remainder) = (offset / self.step, offset % self.step);

@@ -18,6 +18,8 @@
 
 mod cells;
 mod counts;
+#[cfg(test)]
+mod counts_tests;
 mod draw;
 #[cfg(test)]
 mod draw_tests;
