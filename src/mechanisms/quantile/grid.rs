@@ -62,15 +62,23 @@ impl Grid {
         // 2^-53 each) of numbers at most |lo| + |hi| (in units: that over the step) or K.
         let rounding = f64::EPSILON / 2.0;
         let slack = 16.0 * rounding * (self.size as f64 + (self.lo.abs() + self.hi.abs()) / step);
+        let points_per_unit = self.size as f64 / (self.hi - self.lo);
+        let slack = if slack.is_finite() && slack < 0.25 {
+            slack
+        } else {
+            0.5
+        };
+        // The fractions, in 2^-32 of a step, that lie more than the slack inside a cell:
+        // from floor(slack·2^32) + 1 up to 2^32 − floor(slack·2^32) − 2 (none at 0.5).
+        let margin = (slack * CELL_SCALE) as u64;
         Locator {
             grid: *self,
             step,
-            points_per_unit: self.size as f64 / (self.hi - self.lo),
-            slack: if slack.is_finite() && slack < 0.25 {
-                slack
-            } else {
-                0.5
-            },
+            points_per_unit,
+            slack,
+            scaled_points_per_unit: points_per_unit * CELL_SCALE,
+            inside_from: margin + 1,
+            inside_span: (1u64 << 32).saturating_sub(2 * margin + 3),
         }
     }
 
@@ -90,7 +98,17 @@ pub struct Locator {
     /// A bound, in steps, on the rounding of a value's offset and of the grid points
     /// around it (0.5: no shortcut, every value is compared with its points).
     pub(super) slack: f64,
+    /// points_per_unit·2^32: the offset in 2^-32 of a step, exactly the offset times
+    /// 2^32 (a power of two scales a rounded product exactly), read as an integer.
+    scaled_points_per_unit: f64,
+    /// Fractions of a step (in 2^-32) from inside_from to inside_from + inside_span lie
+    /// more than the slack inside their cell.
+    inside_from: u64,
+    inside_span: u64,
 }
+
+/// 2^32: a cell's fraction as the low half of a 64-bit offset.
+const CELL_SCALE: f64 = (1u64 << 32) as f64;
 
 impl Locator {
     /// [`Grid::point`]. (The step first: exact on round grids, such as whole numbers with
@@ -112,8 +130,32 @@ impl Locator {
     /// The offset in steps guesses j; rounding can miss by one; where grid points are
     /// closer than the precision of the values (a tiny step far from zero), a binary
     /// search finds it.
+    ///
+    /// Most values first take a shorter path: the offset in 2^-32 of a step, as one
+    /// integer, gives the cell (its high half) and how far inside it the value lies (its
+    /// low half) without a clamp or a conversion back to float (issue 22: the per-row
+    /// path's longest chain of dependent instructions). It answers only where the full
+    /// rule below would find the same cell well inside (within the grid, the fraction
+    /// strictly inside the slack); any other value (beyond lo or hi, near a point, an
+    /// offset that does not fit) takes the full rule.
     #[inline]
     pub fn locate(&self, value: f64) -> Place {
+        // Truncation toward zero, saturating: an offset below 0 lands at a negative
+        // integer (beyond every grid as u64) or at 0 (not inside a cell), one beyond i64
+        // (∞ among them) at i64::MAX, beyond every grid; NaN is never located.
+        let scaled = ((value - self.grid.lo) * self.scaled_points_per_unit) as i64 as u64;
+        let cell = scaled >> 32;
+        let inside = scaled & 0xFFFF_FFFF;
+        if cell < self.grid.size as u64 && inside.wrapping_sub(self.inside_from) <= self.inside_span
+        {
+            return Place::Between(cell as u32);
+        }
+        self.locate_fully(value)
+    }
+
+    /// [`Locator::locate`] by the full rule.
+    #[inline]
+    pub(super) fn locate_fully(&self, value: f64) -> Place {
         let value = value.clamp(self.grid.lo, self.grid.hi);
         let size = self.grid.size;
         let offset = (value - self.grid.lo) * self.points_per_unit;

@@ -366,6 +366,17 @@ fn locating_by_the_offset_agrees_with_the_grid_points() {
                 Place::Between(low)
             }
         };
+        // Values whose offset does not fit an integer clamp as the rule says.
+        for value in [
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MAX,
+            f64::MIN,
+            1e300,
+            -1e300,
+        ] {
+            assert_eq!(locator.locate(value), compared(value), "{value}");
+        }
         for _ in 0..200_000 {
             let j = rng.random_range(0..=size);
             let point = grid.point(j);
