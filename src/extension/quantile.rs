@@ -148,9 +148,9 @@ enum Located {
 }
 
 impl Locating {
-    /// The place of a non-NULL value of a by-value type. No PostgreSQL call and no panic
-    /// (the grids' locate functions have none), so that rows may be counted outside
-    /// pgrx's guard ([`count_row_in_place`]).
+    /// The place of a non-NULL value of a by-value type. No PostgreSQL call, and no panic
+    /// on validated parameters ([`count_row_in_place`]), so that rows may be counted
+    /// outside pgrx's guard.
     #[inline(always)]
     fn by_value(&self, value: Datum) -> Located {
         match *self {
@@ -329,31 +329,37 @@ struct SerializedQuantiles {
 /// row whose value is NULL, or of a by-value type and fits its histogram's pending cells
 /// (no allocation, no merge). None: the guarded transition takes the row (a group's first
 /// row, a list that must grow or merge (that row is located twice), a dense histogram,
-/// numeric values). In the
-/// grouped dp_quantile of `make bench` the guard and the calls around it took 4-6 % of
-/// the query (issue 22).
+/// numeric values). In the grouped dp_quantile of `make bench` the guard and the calls
+/// around it took 4-6 % of the query (issue 22).
 ///
 /// Sound without the guard, which turns PostgreSQL's errors and Rust's panics into each
 /// other at the boundary: nothing here calls PostgreSQL (so no error can longjmp over
-/// these frames) or can panic (no allocation, no indexing, the grids' locate functions
-/// divide by no variable but the integer step, which is at least 2 where it divides).
+/// these frames) or allocates, and nothing can panic with the parameters a state was
+/// made from: no indexing; the integer grid divides only by a step of at least 2; the
+/// clamps of the locate functions assert lo <= hi, neither NaN, which validation
+/// required before the state existed (parameters.rs: finite lo < hi).
 ///
 /// # Safety
 /// `fcinfo` must be the call info of a quantile transition function.
 #[inline(always)]
 unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo) -> Option<Datum> {
-    if cfg!(feature = "bench_floor") {
-        return None; // make bench-profile's floor build counts nothing
-    }
-    // SAFETY: every quantile transition takes the state and the value first (nargs >= 2).
-    let (state, value) = unsafe {
-        let arguments = (*fcinfo).args.as_ptr();
-        (&*arguments, &*arguments.add(1))
-    };
-    if state.isnull {
+    // SAFETY: a valid call info (the caller's contract).
+    let arguments = unsafe { &*fcinfo };
+    // Every quantile transition takes the state and the value first (aggregates.sql).
+    if arguments.nargs < 2 {
         return None;
     }
-    if value.isnull {
+    // SAFETY: nargs >= 2 arguments follow the call info.
+    let (state, value) = unsafe {
+        let arguments = arguments.args.as_ptr();
+        (&*arguments, &*arguments.add(1))
+    };
+    if state.isnull || state.value.is_null() {
+        return None;
+    }
+    if value.isnull || cfg!(feature = "bench_floor") {
+        // (make bench-profile's floor build counts nothing, and no row of it pays the
+        // guard a real build's rows skip.)
         return Some(state.value);
     }
     // SAFETY: a non-NULL state of a quantile transition is the QuantileState it returned

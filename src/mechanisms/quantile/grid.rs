@@ -69,16 +69,23 @@ impl Grid {
             0.5
         };
         // The fractions, in 2^-32 of a step, that lie more than the slack inside a cell:
-        // from floor(slack·2^32) + 1 up to 2^32 − floor(slack·2^32) − 2 (none at 0.5).
-        let margin = (slack * CELL_SCALE) as u64;
+        // from floor(slack·2^32) + 1 up to 2^32 − floor(slack·2^32) − 2. None at 0.5
+        // (no shortcut): a start past every fraction (u64::MAX: any fraction minus it,
+        // wrapping, is at least 1) and an empty span.
+        let (inside_from, inside_span) = if slack < 0.5 {
+            let margin = (slack * CELL_SCALE) as u64; // below 2^30
+            (margin + 1, (1u64 << 32) - (2 * margin + 3))
+        } else {
+            (u64::MAX, 0)
+        };
         Locator {
             grid: *self,
             step,
             points_per_unit,
             slack,
             scaled_points_per_unit: points_per_unit * CELL_SCALE,
-            inside_from: margin + 1,
-            inside_span: (1u64 << 32).saturating_sub(2 * margin + 3),
+            inside_from,
+            inside_span,
         }
     }
 
@@ -140,17 +147,24 @@ impl Locator {
     /// offset that does not fit) takes the full rule.
     #[inline]
     pub fn locate(&self, value: f64) -> Place {
+        match self.well_inside(value) {
+            Some(place) => place,
+            None => self.locate_fully(value),
+        }
+    }
+
+    /// The shorter path of [`Locator::locate`]: Some only for a value well inside a cell.
+    #[inline(always)]
+    pub(super) fn well_inside(&self, value: f64) -> Option<Place> {
         // Truncation toward zero, saturating: an offset below 0 lands at a negative
-        // integer (beyond every grid as u64) or at 0 (not inside a cell), one beyond i64
-        // (∞ among them) at i64::MAX, beyond every grid; NaN is never located.
+        // integer (beyond any grid of K < 2^31 as u64; K is at most 2^24) or at 0 (not
+        // inside a cell), one beyond i64 (∞ among them) at i64::MAX, beyond every grid;
+        // NaN is never located.
         let scaled = ((value - self.grid.lo) * self.scaled_points_per_unit) as i64 as u64;
         let cell = scaled >> 32;
         let inside = scaled & 0xFFFF_FFFF;
-        if cell < self.grid.size as u64 && inside.wrapping_sub(self.inside_from) <= self.inside_span
-        {
-            return Place::Between(cell as u32);
-        }
-        self.locate_fully(value)
+        (cell < self.grid.size as u64 && inside.wrapping_sub(self.inside_from) <= self.inside_span)
+            .then_some(Place::Between(cell as u32))
     }
 
     /// [`Locator::locate`] by the full rule.

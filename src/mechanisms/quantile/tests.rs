@@ -344,10 +344,22 @@ fn locating_by_the_offset_agrees_with_the_grid_points() {
         (0.0, 100.0, 100),
         (-3.0, 7.0, 1),
         (0.1, 0.3, 3),
+        // Points closer than the values' precision, at a step that is no power of two.
+        (1e15, 1e15 + 1000.0, 1 << 20),
+        (-7e14, -7e14 + 3.0, 12_345),
     ];
     for (lo, hi, size) in grids {
         let grid = Grid { lo, hi, size };
         let locator = grid.locator();
+        // The shorter path answers only as the full rule does, and not at all where
+        // the rounding of the points leaves no cell a margin (slack 0.5).
+        let shorter = |value: f64| {
+            let place = locator.well_inside(value);
+            if let Some(place) = place {
+                assert_eq!(place, locator.locate_fully(value), "{value}");
+            }
+            place
+        };
         // The place by comparisons only: the last point at or below the value.
         let compared = |value: f64| {
             let value = value.clamp(lo, hi);
@@ -399,6 +411,9 @@ fn locating_by_the_offset_agrees_with_the_grid_points() {
                 compared(value),
                 "{value} on ({lo}, {hi}, {size})"
             );
+            if shorter(value).is_some() {
+                assert!(locator.slack < 0.5, "a shortcut at slack 0.5: {value}");
+            }
         }
     }
 }
