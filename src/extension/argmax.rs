@@ -55,8 +55,8 @@ fn argmax(scores: &ItemScores) -> Option<Datum> {
 #[pg_schema]
 mod tests {
     use crate::extension::sql_testing::{
-        assert_parallel, column, counts_of, draws_table, error_of, force_parallel_plans,
-        frequencies, run, scored_table, DRAWS,
+        assert_parallel, column, column_by_seed, counts_of, draws_table, error_of,
+        force_parallel_plans, frequencies, run, scored_table, DRAWS,
     };
     use crate::testing::{assert_matches_distribution, normalise_log_weights, softmax};
     use pgrx::prelude::*;
@@ -458,15 +458,11 @@ mod tests {
             "CREATE TABLE backwards AS SELECT item FROM forwards ORDER BY item DESC",
         ]);
         let answers = |table: &str| -> Vec<String> {
-            (1..=20)
-                .flat_map(|seed| {
-                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
-                    column(&format!(
-                        "SELECT dp_argmax(item, 1, 0.1) FROM {table}
-                         UNION ALL SELECT dp_top_k(item, 1, 3, 0.1)::text FROM {table}"
-                    ))
-                })
-                .collect()
+            let query = format!(
+                "SELECT dp_argmax(item, 1, 0.1) FROM {table}
+                 UNION ALL SELECT dp_top_k(item, 1, 3, 0.1)::text FROM {table}"
+            );
+            column_by_seed(&query, 1..=20)
         };
         let forwards = answers("forwards");
         assert_eq!(forwards, answers("backwards"));
@@ -489,17 +485,13 @@ mod tests {
             })
             .expect("a collision within 2^32 + 1 items");
         let answers = |first: i64, second: i64| -> Vec<String> {
-            (1..=20)
-                .flat_map(|seed| {
-                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
-                    column(&format!(
-                        "SELECT dp_argmax(item, 1, 0.1)::text
-                         FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)
-                         UNION ALL SELECT dp_top_k(item, 1, 1, 0.1)::text
-                         FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)"
-                    ))
-                })
-                .collect()
+            let query = format!(
+                "SELECT dp_argmax(item, 1, 0.1)::text
+                 FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)
+                 UNION ALL SELECT dp_top_k(item, 1, 1, 0.1)::text
+                 FROM (VALUES (1, {first}::bigint), (2, {second}::bigint)) AS r(o, item)"
+            );
+            column_by_seed(&query, 1..=20)
         };
         let forwards = answers(a, b);
         assert_eq!(forwards, answers(b, a), "items {a} and {b}");

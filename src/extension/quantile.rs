@@ -598,7 +598,8 @@ fn dp_quantile_deserialize(
 #[pg_schema]
 mod tests {
     use crate::extension::sql_testing::{
-        assert_parallel, column, counts_of, error_of, force_parallel_plans, frequencies, run, DRAWS,
+        assert_parallel, column, column_by_seed, counts_of, error_of, force_parallel_plans,
+        frequencies, run, DRAWS,
     };
     use crate::mechanisms::quantile::{
         sample_quantiles_recursive, temperature, Grid, GridCounts, Place,
@@ -748,12 +749,7 @@ mod tests {
         ]);
         let answers = |value: &str| -> Vec<String> {
             let query = format!("SELECT dp_quantile({value}, 0.3, 0, 1000, 0.5)::text FROM spread");
-            (1..=5)
-                .flat_map(|seed| {
-                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
-                    column(&query)
-                })
-                .collect()
+            column_by_seed(&query, 1..=5)
         };
         run(&["SET LOCAL max_parallel_workers_per_gather = 0"]);
         let serial: Vec<Vec<String>> = ["few", "many", "dense"].map(answers).into();
@@ -839,14 +835,7 @@ mod tests {
             "SET LOCAL enable_hashagg = off",
             "SET LOCAL max_parallel_workers_per_gather = 0",
         ]);
-        let answers = |query: &str| -> Vec<String> {
-            (1..=3)
-                .flat_map(|seed| {
-                    run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
-                    column(query)
-                })
-                .collect()
-        };
+        let answers = |query: &str| column_by_seed(query, 1..=3);
         for (value, kept) in [
             ("v", "v IS NOT NULL AND v <> 'NaN'"),
             ("iv", "iv IS NOT NULL"),

@@ -51,6 +51,17 @@ pub fn column(query: &str) -> Vec<String> {
     })
 }
 
+/// The first column of `query` under each seed of `seeds` (pg_exp_mech.seed), one seed
+/// after another: what tests compare when two ways to the same answers must draw alike.
+pub fn column_by_seed(query: &str, seeds: std::ops::RangeInclusive<u64>) -> Vec<String> {
+    seeds
+        .flat_map(|seed| {
+            run(&[&format!("SET pg_exp_mech.seed = {seed}")]);
+            column(query)
+        })
+        .collect()
+}
+
 /// How often each answer came out of a query returning one answer (of any type) per row.
 pub fn frequencies(query: &str) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
