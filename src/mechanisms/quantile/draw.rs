@@ -116,8 +116,9 @@ fn runs_from(
                 }
             }
             None => {
+                // (Values after the places given, if any, are above these points.)
                 return (next <= last).then(|| {
-                    let after = run(next, last, below, 0);
+                    let after = run(next, last, below, total - below);
                     next = last + 1;
                     after
                 });
@@ -157,6 +158,9 @@ pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
     rng: &mut R,
 ) -> u32 {
     let (total, grid_size) = (counts.total(), counts.grid_size());
+    if let Some(drawn) = sample_window(counts, alpha, epsilon, rng) {
+        return drawn;
+    }
     // The draw reads the places twice: a sparse histogram's are listed once (both halves
     // sorted together), a dense one's streamed from its counters each time, from a block
     // near the crossing.
@@ -164,6 +168,67 @@ pub fn sample_quantile<A: Allocator + Clone, R: RngCore + ?Sized>(
         Some(occupied) => sample_listed(&occupied, total, 0, grid_size, alpha, epsilon, rng),
         None => sample_dense(counts, alpha, epsilon, rng),
     }
+}
+
+/// Groups with fewer values list them all: a window saves little there.
+const WINDOWED_FROM: u64 = 256;
+
+/// Values of slack on each side of a window, beyond the reach of the runs that can
+/// contend: for a top utility below 0 (values tied at the crossing's place). A window too
+/// narrow for the draw is seen and not used (sample_from_crossing).
+const WINDOW_SLACK: f64 = 16.0;
+
+/// [`sample_quantile`] over the places near the crossing alone, for a sparse histogram
+/// with many values and a narrow window: the same answer from the same words, as the
+/// draws from the crossing ([`sample_from_crossing`]) read no run far from it. None, with
+/// no word of `rng` used, when it does not apply or the window might miss a run the full
+/// pass reads.
+///
+/// A run before the crossing whose difference d has (d − top)/T + ln-bound < −CONTENDING
+/// cannot contend, and d = (1−α)·below − α·above = below − α·n: so the runs that can lie
+/// within T·(CONTENDING + ln-bound) − top values of rank α·n. The top is not known before
+/// the draw; the window allows WINDOW_SLACK values for it and is checked once it is.
+fn sample_window<A: Allocator + Clone, R: RngCore + ?Sized>(
+    counts: &GridCounts<A>,
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> Option<u32> {
+    #[cfg(test)]
+    WINDOWED.set(false);
+    let (total, grid_size) = (counts.total(), counts.grid_size());
+    let window = counts.sparse_window(window_ranks(total, grid_size, alpha, epsilon)?)?;
+    let next = window.last_before.map_or(0, |half_cell| {
+        Place::of_half_cell(half_cell).point_at_or_below() + 1
+    });
+    let listing = Listing {
+        occupied: &window.occupied,
+        before: window.before,
+        after: window.after,
+        next,
+    };
+    draw_listed(listing, total, (0, grid_size), alpha, epsilon, rng)
+}
+
+/// The ranks a window must hold for a draw of the α-quantile of `total` values on K =
+/// `grid_size` at ε ([`sample_window`]); None when the window would not be narrow.
+pub fn window_ranks(total: u64, grid_size: u32, alpha: f64, epsilon: f64) -> Option<(u64, u64)> {
+    let temperature = temperature(alpha, epsilon);
+    let reach = temperature * (CONTENDING + longest_bound(0, grid_size)) + WINDOW_SLACK;
+    if total < WINDOWED_FROM || 4.0 * reach >= total as f64 {
+        return None;
+    }
+    let crossing = alpha * total as f64;
+    Some((
+        (crossing - reach).max(0.0) as u64,
+        ((crossing + reach).ceil() as u64).min(total),
+    ))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether the last sample_quantile drew from a window: tests check that draws do.
+    pub(super) static WINDOWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The full pass: Gumbel-max over every run of first..=last, for the α-quantile of the
@@ -273,12 +338,50 @@ pub(super) fn sample_listed<R: RngCore + ?Sized>(
     epsilon: f64,
     rng: &mut R,
 ) -> u32 {
+    let listing = Listing {
+        occupied,
+        before: 0,
+        after: 0,
+        next: first,
+    };
+    draw_listed(listing, total, (first, last), alpha, epsilon, rng).expect("every place is listed")
+}
+
+/// Places listed for a draw: all those of its range, or a window of them.
+struct Listing<'a> {
+    /// By half cell, with their counts.
+    occupied: &'a [(u64, u64)],
+    /// The values before the places listed, and after them.
+    before: u64,
+    after: u64,
+    /// The first grid point after the places before the listed ones (the range's first
+    /// point when there are none).
+    next: u32,
+}
+
+/// [`sample_listed`] over a listing (a window when values lie before or after it), or
+/// None, with no word of `rng` used, when a window might miss a run the full pass reads.
+fn draw_listed<R: RngCore + ?Sized>(
+    listing: Listing,
+    total: u64,
+    (first, last): (u32, u32),
+    alpha: f64,
+    epsilon: f64,
+    rng: &mut R,
+) -> Option<u32> {
+    let Listing {
+        occupied,
+        before,
+        after,
+        next,
+    } = listing;
     // below[s]: the values at the places before s.
-    let below = prefix_sums(occupied.iter().map(|&(_, count)| count), total);
+    let counts = occupied.iter().map(|&(_, count)| count);
+    let below = prefix_sums(counts, before, total - after);
     // The runs from place s on (s = occupied.len(): the points after the last place).
     let runs_at = |s: usize| {
         let next = match s {
-            0 => first,
+            0 => next,
             _ => first.max(Place::of_half_cell(occupied[s - 1].0).point_at_or_below() + 1),
         };
         runs_from(
@@ -297,14 +400,23 @@ pub(super) fn sample_listed<R: RngCore + ?Sized>(
         // Each place makes at most two runs, and the points after the last one a third.
         runs_expected: |s: usize| 2 * (occupied.len() - s) + 1,
     };
-    sample_from_crossing(boundaries, total, (first, last), alpha, epsilon, rng)
+    let window = (before > 0, after > 0);
+    sample_from_crossing(
+        boundaries,
+        total,
+        (first, last),
+        window,
+        alpha,
+        epsilon,
+        rng,
+    )
 }
 
-/// 0 and the sums of the first 1, 2, … of `counts` (whose sum is `total`).
-fn prefix_sums(counts: impl ExactSizeIterator<Item = u64>, total: u64) -> Vec<u64> {
+/// `start` and the sums of it and the first 1, 2, … of `counts` (the last one `total`).
+fn prefix_sums(counts: impl ExactSizeIterator<Item = u64>, start: u64, total: u64) -> Vec<u64> {
     let mut sums = Vec::with_capacity(counts.len() + 1);
-    sums.push(0);
-    let mut sum = 0;
+    sums.push(start);
+    let mut sum = start;
     sums.extend(counts.map(|count| {
         sum += count;
         sum
@@ -330,7 +442,7 @@ pub(super) fn sample_dense<A: Allocator + Clone, R: RngCore + ?Sized>(
     let (total, grid_size) = (counts.total(), counts.grid_size());
     let blocks = counts.block_counts(BLOCK);
     // below[b]: the values at the points before b·BLOCK (b = blocks.len(): all of them).
-    let below = prefix_sums(blocks.iter().copied(), total);
+    let below = prefix_sums(blocks.iter().copied(), 0, total);
     // The runs from the block's first point on: the run that holds that point starts
     // there, shorter than in the full pass, which changes nothing (sample_from_crossing).
     let runs_at = |b: usize| {
@@ -344,7 +456,16 @@ pub(super) fn sample_dense<A: Allocator + Clone, R: RngCore + ?Sized>(
         runs_at,
         runs_expected: |_| STREAMED_RUNS_EXPECTED,
     };
-    sample_from_crossing(boundaries, total, (0, grid_size), alpha, epsilon, rng)
+    sample_from_crossing(
+        boundaries,
+        total,
+        (0, grid_size),
+        (false, false),
+        alpha,
+        epsilon,
+        rng,
+    )
+    .expect("every block is read")
 }
 
 /// Where a draw may start reading the runs: boundary s in 0..count has `below(s)` values
@@ -375,14 +496,25 @@ struct Boundaries<B, S, E> {
 /// has difference d(s) however long it is: the first pass reads only its utility, and
 /// the race drops it likewise (its boundary cannot contend, or is the range's first
 /// point); a value's own point is never cut short.
+///
+/// A window (`window`: values lie before its first boundary, after its last) gives the
+/// same answer when both passes start within it and stop before its end. Before it: the
+/// crossing is at least its third boundary (so the first pass starts past its first, as
+/// the full pass starts past the range's first), that pass finds no skipped run better,
+/// and its first boundary cannot contend. After it: its last boundary (its last place's
+/// values below, the rest above) is past the crossing, below the top and cannot contend,
+/// and so is every run the full pass reads after it (their differences are larger), so
+/// both passes stop there or before (its tail run stands for them). Otherwise None,
+/// before any word of `rng` is used.
 fn sample_from_crossing<I, R>(
     boundaries: Boundaries<impl Fn(usize) -> u64, impl Fn(usize) -> I, impl Fn(usize) -> usize>,
     total: u64,
     (first, last): (u32, u32),
+    (cut_before, cut_after): (bool, bool),
     alpha: f64,
     epsilon: f64,
     rng: &mut R,
-) -> u32
+) -> Option<u32>
 where
     I: Iterator<Item = Run>,
     R: RngCore + ?Sized,
@@ -396,9 +528,15 @@ where
     let gap_difference = |s: usize| difference(alpha, below(s), total - below(s));
     // The first boundary past the crossing (the last: (1−α)·n ≥ 0).
     let crossing = partition_point(count, |s| gap_difference(s) < 0.0);
+    if (cut_before && crossing < 3) || (cut_after && crossing == count) {
+        return None;
+    }
     let start = crossing.saturating_sub(2);
     let mut top = top_utility(runs_at(start));
     if start > 0 && top < gap_difference(start) {
+        if cut_before {
+            return None;
+        }
         top = top_utility(runs_at(0)); // a skipped run might be the best: read them all
     }
     let temperature = temperature(alpha, epsilon);
@@ -407,18 +545,29 @@ where
         let d = gap_difference(s);
         d < 0.0 && (d - top) / temperature + longest < -CONTENDING
     };
+    if cut_before && !cannot_contend(0) {
+        return None;
+    }
+    if cut_after {
+        let utility = -gap_difference(count - 1);
+        if !(utility < top && (utility - top) / temperature + longest < -CONTENDING) {
+            return None;
+        }
+    }
+    #[cfg(test)]
+    WINDOWED.set(cut_before || cut_after);
     let start = partition_point(crossing, cannot_contend).saturating_sub(1);
     #[cfg(test)]
     RACE_START.set(start);
     let range = (first, last, MAX_LISTED);
-    race(
+    Some(race(
         || runs_at(start),
         runs_expected(start),
         top,
         range,
         temperature,
         rng,
-    )
+    ))
 }
 
 #[cfg(test)]

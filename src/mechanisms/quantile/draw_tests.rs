@@ -67,6 +67,112 @@ fn the_listed_draw_is_the_full_pass_word_for_word() {
     }
 }
 
+/// sample_quantile draws a sparse group of many values from a window of places near the
+/// crossing (sample_window); it must pick what the full pass over every place picks from
+/// the same words, draw by draw: float-like columns (values between points), whole
+/// numbers (at points), ties at and around the crossing (where a window must be refused),
+/// groups merged into sorted counts, any α and ε from 0.05 to 10^6. Both the windowed
+/// draws and the refused ones must occur.
+#[test]
+fn the_windowed_draw_is_the_full_pass_word_for_word() {
+    let mut data_rng = ChaCha20Rng::seed_from_u64(42);
+    let (mut windowed, mut refused) = (0, 0);
+    for case in 0..1_500 {
+        let grid_size = [1_000u32, 20_000, 1 << 16, 1 << 20][case % 4];
+        let n: u64 = data_rng.random_range(200..[1_100, 3_000, 7_000][case % 3]);
+        let top = 2 * grid_size as u64;
+        let centre = data_rng.random_range(0..=top);
+        let mut cells: Vec<u64> = (0..n)
+            .map(|_| match case % 5 {
+                // Uniform, as the benchmark's column.
+                0 | 1 => data_rng.random_range(0..=top),
+                // A narrow cluster: many values share places.
+                2 => (centre + data_rng.random_range(0..40)).min(top),
+                // A third of the values tied in one cell, the rest uniform.
+                3 if data_rng.random_range(0..3) == 0 => centre,
+                _ => data_rng.random_range(0..=top),
+            })
+            .collect();
+        if case % 6 == 0 {
+            cells.iter_mut().for_each(|c| *c &= !1); // every value at a grid point
+        }
+        let counts = counts_of(&cells, grid_size);
+        let alpha = [0.5, 0.01, 0.99, 0.25, data_rng.random::<f64>(), 0.0, 1.0][case % 7];
+        let epsilon = [1.0, 10.0, 0.5, 3.0, 1e6, 0.05][case % 6];
+        let occupied = counts.occupied();
+        let total = counts.total();
+        for seed in 0..2 {
+            let mut full = ChaCha20Rng::seed_from_u64(seed);
+            let mut drawn = full.clone();
+            let places = || occupied.iter().copied();
+            let range = (0, grid_size, MAX_LISTED);
+            let expected = sample_listing_at_most(places, total, range, alpha, epsilon, &mut full);
+            let got = sample_quantile(&counts, alpha, epsilon, &mut drawn);
+            let window = WINDOWED.get();
+            assert_eq!(
+                got, expected,
+                "case {case}: {n} values, K {grid_size}, α {alpha}, ε {epsilon}, window {window}"
+            );
+            assert_eq!(full.random::<u64>(), drawn.random::<u64>(), "words used");
+            if window {
+                windowed += 1;
+            } else if 4.0 * temperature(alpha, epsilon) * 60.0 < n as f64 {
+                refused += 1; // narrow enough to try, but the window would not do
+            }
+        }
+    }
+    eprintln!("windowed {windowed}, refused {refused}");
+    assert!(
+        windowed > 1_000 && refused > 50,
+        "windowed {windowed}, refused {refused}"
+    );
+}
+
+/// A window of places (sparse_window) is a slice of the full listing of whole places
+/// that holds the ranks asked for: the values before and after it counted, the last
+/// place before it named; for pending cells alone, sorted counts beside them, both
+/// histograms, and ranks at either end.
+#[test]
+fn a_window_is_the_slice_of_the_listing_that_holds_its_ranks() {
+    let mut data_rng = ChaCha20Rng::seed_from_u64(43);
+    for case in 0..400 {
+        // Sparse: fewer values than merge (K = 1,000), or a sixteenth of K at most.
+        let grid_size = [1_000u32, 1 << 20][case % 2];
+        let n = data_rng.random_range(1..[1_000, 5_000][case % 2]);
+        let top = 2 * grid_size as u64;
+        let cells: Vec<u64> = (0..n)
+            .map(|_| match case % 4 {
+                0 => data_rng.random_range(0..=top) & !1,
+                1 => data_rng.random_range(0..=top.min(30)),
+                _ => data_rng.random_range(0..=top),
+            })
+            .collect();
+        let counts = counts_of(&cells, grid_size);
+        let all = counts.occupied();
+        let total = counts.total();
+        let from = data_rng.random_range(0..total);
+        let ranks = (from, data_rng.random_range(from..=total));
+        let window = counts.sparse_window(ranks).expect("sparse");
+        assert!(window.before <= ranks.0 && total - window.after >= ranks.1);
+        // The places whose values all come before the window's.
+        let mut below = 0;
+        let first = all
+            .iter()
+            .take_while(|&&(_, n)| {
+                below += n;
+                below <= window.before
+            })
+            .count();
+        let slice = &all[first..first + window.occupied.len()];
+        assert_eq!(window.occupied, slice, "case {case}: ranks {ranks:?}");
+        let listed: u64 = slice.iter().map(|&(_, n)| n).sum();
+        assert_eq!(window.before + listed + window.after, total);
+        let before: u64 = all[..first].iter().map(|&(_, n)| n).sum();
+        assert_eq!(before, window.before, "whole places before");
+        assert_eq!(window.last_before, first.checked_sub(1).map(|i| all[i].0));
+    }
+}
+
 /// The dense draw reads from a block boundary near the crossing; it must pick what the
 /// full pass picks from the same words, draw by draw: one histogram dense or both, cells
 /// still pending, carries, places on both sides of block boundaries, empty blocks, any α
