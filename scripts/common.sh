@@ -86,7 +86,10 @@ ensure_pg18() {
         rm -rf "$build"
         mkdir -p "$build"
         tar xjf "$PG18_TARBALL" -C "$build"
-        (cd "$build/postgresql-$PG18_VERSION" \
+        # Run from `make test`, make's MAKELEVEL (1) would reach PostgreSQL's build,
+        # which then takes itself for a sub-make and skips generating its headers
+        # (utils/errcodes.h: no such file) on a machine without the cache.
+        (unset MAKELEVEL MAKEFLAGS MFLAGS; cd "$build/postgresql-$PG18_VERSION" \
             && ./configure "${configure[@]}" >"$build/configure.log" 2>&1 \
             && make -j"$(nproc)" >"$build/make.log" 2>&1 \
             && make install DESTDIR="$build/stage" >"$build/install.log" 2>&1 \
@@ -129,7 +132,8 @@ ensure_citus() {
     rm -rf "$build"
     mkdir -p "$build"
     tar xzf "$CITUS_TARBALL" -C "$build"
-    (cd "$build"/citus-* \
+    # (Outside make's MAKELEVEL, as PostgreSQL's build: ensure_pg18.)
+    (unset MAKELEVEL MAKEFLAGS MFLAGS; cd "$build"/citus-* \
         && PG_CONFIG="$pg_config" ./configure >"$build/configure.log" 2>&1 \
         && make -j"$(nproc)" >"$build/make.log" 2>&1 \
         && make install >"$build/install.log" 2>&1) \
