@@ -128,6 +128,33 @@ fn the_windowed_draw_is_the_full_pass_word_for_word() {
     );
 }
 
+/// A window whose first pass would miss the top must be refused: the top is the point
+/// At(j), two places before the crossing (utility −2), and the pass from two boundaries
+/// before the crossing finds −9.5 (At(j + 1), 20 values, just past it). A review's
+/// counterexample; the random cases above never reach this refusal.
+#[test]
+fn a_window_that_would_miss_the_top_is_refused() {
+    let j = 500_000u64;
+    let spread = |from: u64, n: u64| (0..n).map(move |i| 2 * (from + 100 * i) + 1);
+    let cells: Vec<u64> = (spread(1_000, 498).chain([2 * j, 2 * j + 1]))
+        .chain(std::iter::repeat_n(2 * (j + 1), 20))
+        .chain(spread(j + 1_000, 481))
+        .collect();
+    let counts = counts_of(&cells, 1 << 20);
+    assert!(window_ranks(counts.total(), 1 << 20, 0.5, 1.0).is_some());
+    let occupied = counts.occupied();
+    for seed in 0..8 {
+        let mut full = ChaCha20Rng::seed_from_u64(seed);
+        let mut drawn = full.clone();
+        let places = || occupied.iter().copied();
+        let range = (0, 1 << 20, MAX_LISTED);
+        let expected = sample_listing_at_most(places, 1_001, range, 0.5, 1.0, &mut full);
+        assert_eq!(sample_quantile(&counts, 0.5, 1.0, &mut drawn), expected);
+        assert!(!WINDOWED.get(), "a window that misses the top");
+        assert_eq!(full.random::<u64>(), drawn.random::<u64>(), "words used");
+    }
+}
+
 /// A window of places (sparse_window) is a slice of the full listing of whole places
 /// that holds the ranks asked for: the values before and after it counted, the last
 /// place before it named; for pending cells alone, sorted counts beside them, both
