@@ -91,3 +91,48 @@ fn counting_in_place_is_counting_where_no_allocation_is_needed() {
         }
     }
 }
+
+/// An allocator the size of the extension's (a memory context pointer).
+#[derive(Clone)]
+struct PointerSized(#[allow(dead_code)] usize);
+
+// SAFETY: every call goes to Global, which upholds the trait's contract.
+unsafe impl allocator_api2::alloc::Allocator for PointerSized {
+    fn allocate(
+        &self,
+        layout: std::alloc::Layout,
+    ) -> Result<std::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        allocator_api2::alloc::Global.allocate(layout)
+    }
+
+    unsafe fn deallocate(&self, ptr: std::ptr::NonNull<u8>, layout: std::alloc::Layout) {
+        // SAFETY: allocated by Global (allocate above), as the caller guarantees.
+        unsafe { allocator_api2::alloc::Global.deallocate(ptr, layout) }
+    }
+}
+
+/// What a row counted in place reads and writes of its histogram (the total, the sparse
+/// cells' tag, the pending cells' pointer, length and capacity, merge_at) lies in the
+/// histogram's first cache line, the line it starts on (issue 22).
+#[test]
+fn a_row_touches_one_line_of_its_histogram() {
+    let mut counts = GridCounts::new_in(1 << 20, PointerSized(0));
+    for cell in 0..100 {
+        counts.add(Place::Between(cell));
+    }
+    for histogram in [&counts.between, &counts.at] {
+        let start = histogram as *const _ as usize;
+        assert_eq!(start % 64, 0);
+        let Cells::Sparse(sparse) = &histogram.cells else {
+            panic!("sparse");
+        };
+        let end_of = |field: usize, size: usize| field + size - start;
+        let fields = [
+            end_of(&histogram.total as *const _ as usize, 8),
+            end_of(&histogram.cells as *const _ as usize, 1),
+            end_of(&sparse.pending as *const _ as usize, 4 * 8),
+            end_of(&sparse.merge_at as *const _ as usize, 8),
+        ];
+        assert!(fields.iter().all(|&end| end <= 64), "{fields:?}");
+    }
+}
