@@ -173,10 +173,10 @@ impl Locating {
 
 /// The state of one group: its parameters and the counts of its values on the grid.
 /// With thousands of groups a row's cost is its cache misses (issue 22), so a row counted
-/// in place touches two lines of its state: the first (the hint, the locating rule's tag
+/// in place reads two lines of its state: the first (the hint, the locating rule's tag
 /// and the fields its shorter path reads) and its histogram's first (its total and
-/// pending cells), then the pending cells' own line. Before, the same fields spread over
-/// three or four lines.
+/// pending list); it then writes the list's last line. Before, the fields it reads spread
+/// over three or four lines.
 #[repr(C, align(64))]
 pub struct QuantileState {
     /// Both histograms sparse: rows may be counted in place ([`count_row_in_place`]).

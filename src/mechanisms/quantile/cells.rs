@@ -15,26 +15,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// counts (a hash table would take 2-4 times that, rounded up by palloc to powers of
 /// two).
 #[derive(Debug, Clone)]
-#[repr(C)] // what a row touches, in its histogram's first cache line (issue 22)
+#[repr(C)] // what a row touches first, next to its histogram's total (issue 22)
 pub(super) struct SparseCells<A: Allocator + Clone> {
     pub(super) pending: AllocVec<u32, A>,
-    /// The number of pending cells (staged ones included) that triggers a merge: twice
-    /// the sorted ones, at least PENDING (kept here so that a row need not read
-    /// `sorted`; below 2^26, as the occupied cells are at most K + 1 ≤ 2^24 + 1).
-    pub(super) merge_at: u32,
-    staged_len: u32,
-    /// The latest cells counted in place, after `pending` in the order they came: in the
-    /// line the row reads anyway, so that three rows in four write no other line. With
-    /// thousands of groups the last line of a group's pending cells has left the cache by
-    /// its next row, and that store was the costliest instruction of a row (issue 22).
-    /// They join `pending` STAGED at a time.
-    staged: [u32; STAGED],
+    /// The number of pending cells that triggers a merge: twice the sorted ones, at least
+    /// PENDING (kept here so that a row need not read `sorted`).
+    pub(super) merge_at: usize,
     pub(super) sorted: AllocVec<(u32, u32), A>,
 }
-
-/// The cells a sparse histogram stages (SparseCells::staged): what its first cache line
-/// has room for.
-pub(super) const STAGED: usize = 4;
 
 /// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs) once
 /// they are many, a comparison sort below that.
@@ -54,9 +42,7 @@ impl<A: Allocator + Clone> SparseCells<A> {
     pub(super) fn new_in(allocator: A) -> Self {
         Self {
             pending: AllocVec::new_in(allocator.clone()),
-            merge_at: Self::PENDING as u32,
-            staged_len: 0,
-            staged: [0; STAGED],
+            merge_at: Self::PENDING,
             sorted: AllocVec::new_in(allocator),
         }
     }
@@ -64,76 +50,22 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// Pending cells that trigger a merge: 4 KiB of them at least.
     pub(super) const PENDING: usize = 1 << 10;
 
-    /// The cells counted since the last merge, staged ones last: in the order they came.
-    pub(super) fn pending_cells(&self) -> impl Iterator<Item = u32> + Clone + '_ {
-        self.pending_parts().into_iter().flatten().copied()
-    }
-
-    /// The same as two slices (to copy them a slice at a time).
-    pub(super) fn pending_parts(&self) -> [&[u32]; 2] {
-        [&self.pending, self.staged()]
-    }
-
-    /// Their number.
-    pub(super) fn pending_len(&self) -> usize {
-        self.pending.len() + self.staged_len as usize
-    }
-
-    pub(super) fn staged(&self) -> &[u32] {
-        &self.staged[..self.staged_len as usize]
-    }
-
-    /// Moves the staged cells to `pending` (which may grow: not on the in-place path).
-    fn unstage(&mut self) {
-        if self.staged_len > 0 {
-            let staged = self.staged_len as usize;
-            self.pending.extend_from_slice(&self.staged[..staged]);
-            self.staged_len = 0;
-        }
-    }
-
     /// Adds a cell; Ok(true) when the pending cells were merged in.
     #[inline]
     pub(super) fn push(&mut self, cell: u32) -> Result<bool, CountOverflow> {
-        self.unstage();
         self.pending.push(cell);
-        if self.pending.len() < self.merge_at as usize {
+        if self.pending.len() < self.merge_at {
             return Ok(false);
         }
         self.compact()?;
         Ok(true)
     }
 
-    /// [`SparseCells::push`] when that needs no allocation and no merge: true; false, and
-    /// nothing changed, otherwise. Never allocates or panics (rows counted outside pgrx's
-    /// guard): the cell is staged, or the staged cells move to room `pending` already has.
-    #[inline(always)]
-    pub(super) fn push_in_place(&mut self, cell: u32) -> bool {
-        // One short of merge_at: the push that reaches it merges.
-        if self.pending_len() + 1 >= self.merge_at as usize {
-            return false;
-        }
-        let staged = self.staged_len as usize;
-        if staged < STAGED {
-            self.staged[staged] = cell;
-            self.staged_len += 1;
-            return true;
-        }
-        if self.pending.capacity() - self.pending.len() < STAGED {
-            return false;
-        }
-        self.pending.extend_from_slice(&self.staged); // within its capacity
-        self.staged[0] = cell;
-        self.staged_len = 1;
-        true
-    }
-
     /// Adds cells in bulk (another state's pending cells, in the order they came): as
     /// many pushes, one copy. Ok(true) when the pending cells were merged in.
     pub(super) fn extend(&mut self, cells: &[u32]) -> Result<bool, CountOverflow> {
-        self.unstage();
         self.pending.extend_from_slice(cells);
-        if self.pending.len() < self.merge_at as usize {
+        if self.pending.len() < self.merge_at {
             return Ok(false);
         }
         self.compact()?;
@@ -142,13 +74,12 @@ impl<A: Allocator + Clone> SparseCells<A> {
 
     /// Sets the sorted counts (and so when pending cells next merge).
     pub(super) fn set_sorted(&mut self, sorted: AllocVec<(u32, u32), A>) {
-        self.merge_at = (2 * sorted.len()).max(Self::PENDING) as u32;
+        self.merge_at = (2 * sorted.len()).max(Self::PENDING);
         self.sorted = sorted;
     }
 
     /// Merges the pending cells into the sorted counts. On overflow nothing changes.
     pub(super) fn compact(&mut self) -> Result<(), CountOverflow> {
-        self.unstage();
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -193,9 +124,8 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// function must not).
     pub(super) fn occupied(&self) -> Vec<(u32, u64)> {
         // A copy on the Rust heap: the aggregate's memory context keeps what it held.
-        let mut pending = AllocVec::with_capacity_in(self.pending_len(), Global);
+        let mut pending = AllocVec::with_capacity_in(self.pending.len(), Global);
         pending.extend_from_slice(&self.pending);
-        pending.extend_from_slice(self.staged());
         sort_cells(&mut pending);
         let incoming = pending
             .chunk_by(|a, b| a == b)
@@ -206,7 +136,7 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// Adds the values of each cell c into `counts[c / block]`.
     pub(super) fn add_block_counts(&self, block: u32, counts: &mut [u64]) {
         let sorted = self.sorted.iter().map(|&(cell, n)| (cell, n as u64));
-        for (cell, n) in sorted.chain(self.pending_cells().map(|cell| (cell, 1))) {
+        for (cell, n) in sorted.chain(self.pending.iter().map(|&cell| (cell, 1))) {
             counts[(cell / block) as usize] += n;
         }
     }

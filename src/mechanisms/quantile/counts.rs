@@ -23,9 +23,9 @@ const RAW_PENDING: usize = 256;
 
 /// The bits of a 4,096-bit map that `cells` set, one each at a hash of the cell: at most
 /// their number of distinct cells.
-pub(super) fn bits_set(cells: impl IntoIterator<Item = u32>) -> usize {
+pub(super) fn bits_set(cells: &[u32]) -> usize {
     let mut bits = [0u64; 64];
-    for cell in cells {
+    for &cell in cells {
         let bit = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
         bits[bit / 64] |= 1 << (bit % 64);
     }
@@ -69,9 +69,12 @@ impl<A: Allocator + Clone> Histogram<A> {
         let Cells::Sparse(sparse) = &mut self.cells else {
             return false;
         };
-        if !sparse.push_in_place(cell) {
+        let length = sparse.pending.len();
+        // One short of merge_at: the push that reaches it merges (SparseCells::push).
+        if length + 1 >= sparse.merge_at || length == sparse.pending.capacity() {
             return false;
         }
+        sparse.pending.push(cell);
         self.total += 1;
         true
     }
@@ -141,8 +144,7 @@ impl<A: Allocator + Clone> Histogram<A> {
                         theirs.sorted.iter().map(|&(c, n)| (c, n as u64)).collect();
                     self.add_counts(&sorted);
                 }
-                self.add_cells(&theirs.pending);
-                return self.add_cells(theirs.staged());
+                return self.add_cells(&theirs.pending);
             }
             Cells::Dense(theirs) => theirs,
         };
@@ -180,16 +182,14 @@ impl<A: Allocator + Clone> Histogram<A> {
                 // a combine appends them. A long list is counted per cell first if that
                 // is smaller (a column of few distinct values ships its counts, not its
                 // values: 12 bytes a cell against 4 a value).
-                let (sorted, pending) = (&sparse.sorted, sparse.pending_cells());
-                let smaller =
-                    |distinct: usize| 3 * distinct < 3 * sorted.len() + sparse.pending_len();
+                let (sorted, pending) = (&sparse.sorted, &sparse.pending);
+                let smaller = |distinct: usize| 3 * distinct < 3 * sorted.len() + pending.len();
                 // Sorted only if it could pay: the pending cells' distinct count is at
                 // least that of a bitmap's bits they set (a float column's are all
                 // distinct, and stay as they came without a sort).
-                let counted = (sparse.pending_len() >= RAW_PENDING
-                    && smaller(bits_set(pending.clone())))
-                .then(|| sparse.occupied())
-                .filter(|counted| smaller(counted.len()));
+                let counted = (pending.len() >= RAW_PENDING && smaller(bits_set(pending)))
+                    .then(|| sparse.occupied())
+                    .filter(|counted| smaller(counted.len()));
                 match counted {
                     Some(counted) => {
                         put_counts(&mut bytes, &mut counted.into_iter());
@@ -197,8 +197,8 @@ impl<A: Allocator + Clone> Histogram<A> {
                     }
                     None => {
                         put_counts(&mut bytes, &mut sorted.iter().map(|&(c, n)| (c, n as u64)));
-                        put_u32(&mut bytes, sparse.pending_len() as u32);
-                        for cell in pending {
+                        put_u32(&mut bytes, pending.len() as u32);
+                        for &cell in pending {
                             put_u32(&mut bytes, cell);
                         }
                     }
@@ -271,7 +271,7 @@ impl<A: Allocator + Clone> Histogram<A> {
         for &(cell, count) in &sparse.sorted {
             dense.add(cell, count as u64);
         }
-        for cell in sparse.pending_cells() {
+        for &cell in &sparse.pending {
             dense.add(cell, 1);
         }
         self.cells = Cells::Dense(AllocBox::new_in(dense, self.allocator.clone()));
@@ -440,23 +440,14 @@ impl<A: Allocator + Clone> GridCounts<A> {
     /// sixteenth of the grid each); None when one is dense.
     pub fn sparse_occupied(&self) -> Option<Vec<(u64, u64)>> {
         let (at, between) = self.sparse()?;
-        // Both histograms' pending cells, sorted once together, then merged with their
-        // sorted counts.
-        let pending = Self::pending_half_cells(at, between);
+        // Both histograms' pending cells as half cells (below 2^26: K ≤ 2^24), sorted
+        // once together, then merged with their sorted counts. A copy on the Rust heap:
+        // a final function must not change the state.
+        let mut pending: AllocVec<u32, Global> =
+            AllocVec::with_capacity_in(at.pending.len() + between.pending.len(), Global);
+        pending.extend(at.pending.iter().map(|&j| 2 * j));
+        pending.extend(between.pending.iter().map(|&j| 2 * j + 1));
         Some(Self::listed(pending, at, between, 0..u32::MAX))
-    }
-
-    /// Both histograms' pending cells as half cells (below 2^26: K ≤ 2^24), in a copy on
-    /// the Rust heap (a final function must not change the state).
-    fn pending_half_cells(at: &SparseCells<A>, between: &SparseCells<A>) -> AllocVec<u32, Global> {
-        let mut pending =
-            AllocVec::with_capacity_in(at.pending_len() + between.pending_len(), Global);
-        for (sparse, odd) in [(at, 0), (between, 1)] {
-            for part in sparse.pending_parts() {
-                pending.extend(part.iter().map(|&j| 2 * j + odd));
-            }
-        }
-        pending
     }
 
     /// Both histograms when both are sparse.
@@ -525,8 +516,12 @@ impl<A: Allocator + Clone> GridCounts<A> {
         let width = (top_half_cell as u64 + 1).div_ceil((total / 4).clamp(16, 4096));
         let shift = u64::BITS - (width - 1).leading_zeros(); // 2^shift ≥ width
         let mut buckets = vec![0u64; (top_half_cell >> shift) as usize + 1];
-        // The pending cells as half cells, in the copy the window is then kept in.
-        let mut pending = Self::pending_half_cells(at, between);
+        // The pending cells as half cells, in a copy the window is then kept in (a final
+        // function must not change the state).
+        let mut pending: AllocVec<u32, Global> =
+            AllocVec::with_capacity_in(at.pending.len() + between.pending.len(), Global);
+        pending.extend(at.pending.iter().map(|&j| 2 * j));
+        pending.extend(between.pending.iter().map(|&j| 2 * j + 1));
         for &half_cell in pending.iter() {
             buckets[(half_cell >> shift) as usize] += 1;
         }

@@ -11,28 +11,19 @@ fn contents(counts: &GridCounts) -> (u64, Vec<(u64, u64)>) {
     (counts.total(), counts.iter_occupied().collect())
 }
 
-/// The pending cells in the order they came and the point at which they merge, for each
-/// histogram.
-fn pending_shape(counts: &GridCounts) -> Vec<Option<(Vec<u32>, u32)>> {
+/// The pending cells' room and the point at which they merge, for each histogram.
+fn pending_shape(counts: &GridCounts) -> Vec<Option<(usize, usize, usize)>> {
     [&counts.at, &counts.between]
         .iter()
         .map(|histogram| match &histogram.cells {
-            Cells::Sparse(sparse) => Some((sparse.pending_cells().collect(), sparse.merge_at)),
+            Cells::Sparse(sparse) => Some((
+                sparse.pending.len(),
+                sparse.pending.capacity(),
+                sparse.merge_at,
+            )),
             Cells::Dense(_) => None,
         })
         .collect()
-}
-
-/// Where the pending cells are kept: the list's length and capacity, and the staged ones.
-fn pending_storage(histogram: &Histogram) -> Option<(usize, usize, Vec<u32>)> {
-    match &histogram.cells {
-        Cells::Sparse(sparse) => Some((
-            sparse.pending.len(),
-            sparse.pending.capacity(),
-            sparse.staged().to_vec(),
-        )),
-        Cells::Dense(_) => None,
-    }
 }
 
 /// Values counted in place where that is possible, and by `add` otherwise (as the
@@ -58,41 +49,21 @@ fn counting_in_place_is_counting_where_no_allocation_is_needed() {
                 Place::At(_) => &in_place.at,
                 Place::Between(_) => &in_place.between,
             };
-            // Room: below the merge, and a staged slot free or room in the list for the
-            // staged cells.
             let room = match &histogram.cells {
                 Cells::Sparse(sparse) => {
-                    sparse.pending_len() + 1 < sparse.merge_at as usize
-                        && (sparse.staged().len() < STAGED
-                            || sparse.pending.capacity() - sparse.pending.len() >= STAGED)
+                    let length = sparse.pending.len();
+                    length < sparse.pending.capacity() && length + 1 < sparse.merge_at
                 }
                 Cells::Dense(_) => false,
             };
-            let capacity = pending_storage(histogram).map(|(_, capacity, _)| capacity);
-            let before = (
-                contents(&in_place),
-                pending_shape(&in_place),
-                pending_storage(&in_place.at),
-                pending_storage(&in_place.between),
-            );
+            let before = (contents(&in_place), pending_shape(&in_place));
             if in_place.add_in_place(place) {
                 assert!(room, "counted in place without room: {place:?}");
-                let histogram = match place {
-                    Place::At(_) => &in_place.at,
-                    Place::Between(_) => &in_place.between,
-                };
-                let after = pending_storage(histogram).map(|(_, capacity, _)| capacity);
-                assert_eq!(after, capacity, "counting in place allocated");
                 counted_in_place += 1;
             } else {
                 assert!(!room, "refused with room: {place:?}");
                 assert_eq!(
-                    (
-                        contents(&in_place),
-                        pending_shape(&in_place),
-                        pending_storage(&in_place.at),
-                        pending_storage(&in_place.between),
-                    ),
+                    (contents(&in_place), pending_shape(&in_place)),
                     before,
                     "a refusal changed the counts"
                 );
@@ -102,7 +73,6 @@ fn counting_in_place_is_counting_where_no_allocation_is_needed() {
             assert_eq!(in_place.total(), by_add.total());
         }
         assert_eq!(contents(&in_place), contents(&by_add), "{values} values");
-        // The same pending cells in the same order (staged ones last), merged alike.
         assert_eq!(pending_shape(&in_place), pending_shape(&by_add));
         if distinct < 4_000 {
             // Growth and merges take a few values; the others count in place.
@@ -142,8 +112,8 @@ unsafe impl allocator_api2::alloc::Allocator for PointerSized {
 }
 
 /// What a row counted in place reads and writes of its histogram (the total, the sparse
-/// cells' tag, the pending cells' pointer, length and capacity, merge_at, the staged
-/// cells) lies in the histogram's first cache line, the line it starts on (issue 22).
+/// cells' tag, the pending cells' pointer, length and capacity, merge_at) lies in the
+/// histogram's first cache line, the line it starts on (issue 22).
 #[test]
 fn a_row_touches_one_line_of_its_histogram() {
     let mut counts = GridCounts::new_in(1 << 20, PointerSized(0));
@@ -156,13 +126,17 @@ fn a_row_touches_one_line_of_its_histogram() {
         let Cells::Sparse(sparse) = &histogram.cells else {
             panic!("sparse");
         };
+        // No tag of its own: the enum is told apart by a pointer that cannot be null.
+        assert_eq!(
+            std::mem::size_of::<Cells<PointerSized>>(),
+            std::mem::size_of::<SparseCells<PointerSized>>()
+        );
         let end_of = |field: usize, size: usize| field + size - start;
         let fields = [
             end_of(&histogram.total as *const _ as usize, 8),
             end_of(&histogram.cells as *const _ as usize, 1),
             end_of(&sparse.pending as *const _ as usize, 4 * 8),
-            end_of(&sparse.merge_at as *const _ as usize, 4),
-            end_of(sparse.staged().as_ptr() as usize, 4 * STAGED),
+            end_of(&sparse.merge_at as *const _ as usize, 8),
         ];
         assert!(fields.iter().all(|&end| end <= 64), "{fields:?}");
     }
