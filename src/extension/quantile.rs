@@ -129,7 +129,6 @@ impl QuantileArguments {
 /// How a row's value finds its place on the grid: integer datums are passed by value,
 /// each type read at its own width.
 #[derive(Debug, Clone, Copy)]
-#[repr(u8)] // the tag first, then the locator (QuantileState)
 enum Locating {
     Float(Locator),
     /// numeric datums (pointers), converted without error, on the float grid.
@@ -154,8 +153,7 @@ impl Locating {
     /// outside pgrx's guard.
     #[inline(always)]
     fn by_value(&self, value: Datum) -> Located {
-        // By reference: a row reads the few fields its path needs, not a copy of all.
-        match self {
+        match *self {
             Locating::Float(locator) => {
                 let value = f64::from_bits(value.value() as u64);
                 if value.is_nan() {
@@ -163,7 +161,7 @@ impl Locating {
                 }
                 Located::Place(locator.locate(value))
             }
-            Locating::Numeric(locator) => Located::Numeric(*locator),
+            Locating::Numeric(locator) => Located::Numeric(locator),
             Locating::Smallint(grid) => Located::Place(grid.locate(value.value() as i16 as i64)),
             Locating::Integer(grid) => Located::Place(grid.locate(value.value() as i32 as i64)),
             Locating::Bigint(grid) => Located::Place(grid.locate(value.value() as i64)),
@@ -172,28 +170,14 @@ impl Locating {
 }
 
 /// The state of one group: its parameters and the counts of its values on the grid.
-/// With thousands of groups a row's cost is its cache misses (issue 22), so a row counted
-/// in place reads two lines of its state: the first (the hint, the locating rule's tag
-/// and the fields its shorter path reads) and its histogram's first (its total and
-/// pending list); it then writes the list's last line. Before, the fields it reads spread
-/// over three or four lines.
-#[repr(C, align(64))]
+/// What each row reads comes first, so that with thousands of groups a row's cache misses
+/// are few (issue 22): the locating rule, then the histograms' totals and pending cells.
+#[repr(C)]
 pub struct QuantileState {
-    /// Both histograms sparse: rows may be counted in place ([`count_row_in_place`]).
-    /// Only a hint (a dense histogram refuses in place anyway), kept in the line that
-    /// every row reads, so that a row touches only its own histogram's line.
-    in_place: bool,
     locating: Locating,
     counts: GridCounts<ContextAllocator>,
     parameters: QuantileParameters,
 }
-
-// The first line: the hint, the tag (repr(u8): the locator follows at 8) and the
-// locator's shorter path, or an integer grid (32 bytes).
-const _: () = assert!(
-    std::mem::offset_of!(QuantileState, locating) + 8 + Locator::SHORTER_PATH_BYTES <= 64
-        && std::mem::size_of::<IntegerGrid>() <= Locator::SHORTER_PATH_BYTES
-);
 
 impl QuantileState {
     fn new(parameters: QuantileParameters, memory: MemoryContext) -> Self {
@@ -210,7 +194,6 @@ impl QuantileState {
             (ValueGrid::Integer(grid), _) => Locating::Bigint(grid),
         };
         Self {
-            in_place: true,
             parameters,
             locating,
             counts,
@@ -297,7 +280,6 @@ impl State for QuantileState {
             }
         };
         self.counts.add(place);
-        self.in_place = self.counts.is_sparse();
     }
 
     fn parameters(&self) -> &QuantileParameters {
@@ -314,7 +296,6 @@ impl State for QuantileState {
 
     fn merge(&mut self, other: &Self) {
         self.counts.merge(&other.counts);
-        self.in_place = self.counts.is_sparse();
     }
 
     fn to_bytes(&self) -> Vec<u8> {
@@ -333,7 +314,6 @@ impl State for QuantileState {
         // SAFETY: as in QuantileState::new.
         let allocator = unsafe { ContextAllocator::new(memory) };
         quantiles.counts = GridCounts::from_bytes(grid_size, &serialized.counts.0, allocator);
-        quantiles.in_place = quantiles.counts.is_sparse();
         quantiles
     }
 }
@@ -385,7 +365,7 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo) -> Option<Datum> 
     // SAFETY: a non-NULL state of a quantile transition is the QuantileState it returned
     // before (aggregate::transition), which no one else holds during this call.
     let quantiles = unsafe { &mut *state.value.cast_mut_ptr::<QuantileState>() };
-    if !quantiles.in_place {
+    if !quantiles.counts.is_sparse() {
         return None; // a dense histogram counts through the guarded path, located once
     }
     let counted = match quantiles.locating.by_value(value.value) {

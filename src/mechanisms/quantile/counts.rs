@@ -9,7 +9,7 @@ use allocator_api2::vec::Vec as AllocVec;
 /// Counts of values per grid cell: memory O(min(n, K)), at most K + 1 bytes plus the
 /// carries of cells holding 256 values or more.
 #[derive(Debug, Clone)]
-#[repr(C, align(64))] // the fields a row touches, in one cache line (issue 22)
+#[repr(C)] // the fields a row touches first (issue 22)
 pub struct Histogram<A: Allocator + Clone = Global> {
     pub(super) total: u64,
     pub(super) cells: Cells<A>,

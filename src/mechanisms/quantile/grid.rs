@@ -41,7 +41,6 @@ impl Place {
 
 /// The public grid of candidates of a float column.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[repr(C)]
 pub struct Grid {
     pub lo: f64,
     pub hi: f64,
@@ -99,8 +98,13 @@ impl Grid {
 
 /// [`Grid::locate`] without a division per value.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)] // what the shorter path reads first (issue 22)
 pub struct Locator {
+    pub(super) grid: Grid,
+    pub(super) step: f64,
+    pub(super) points_per_unit: f64,
+    /// A bound, in steps, on the rounding of a value's offset and of the grid points
+    /// around it (0.5: no shortcut, every value is compared with its points).
+    pub(super) slack: f64,
     /// points_per_unit·2^32: the offset in 2^-32 of a step, exactly the offset times
     /// 2^32 (a power of two scales a rounded product exactly), read as an integer.
     scaled_points_per_unit: f64,
@@ -108,19 +112,6 @@ pub struct Locator {
     /// more than the slack inside their cell.
     inside_from: u64,
     inside_span: u64,
-    pub(super) grid: Grid,
-    pub(super) step: f64,
-    pub(super) points_per_unit: f64,
-    /// A bound, in steps, on the rounding of a value's offset and of the grid points
-    /// around it (0.5: no shortcut, every value is compared with its points).
-    pub(super) slack: f64,
-}
-
-impl Locator {
-    /// The bytes from the start of a locator that its shorter path reads (its first
-    /// fields and the grid): 48, which with a tag before them fit one cache line.
-    pub const SHORTER_PATH_BYTES: usize =
-        std::mem::offset_of!(Locator, grid) + std::mem::size_of::<Grid>();
 }
 
 /// 2^32: a cell's fraction as the low half of a 64-bit offset.
