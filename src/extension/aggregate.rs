@@ -5,6 +5,7 @@
 use super::arguments::{aggregate_argument, return_internal, Argument, CallArguments};
 use super::budget::require_metered;
 use super::forms::{Aggregate, Form};
+use super::memory::move_into;
 use super::{raise, OrRaise};
 use crate::error::Error;
 use pgrx::pg_sys::{self, Datum, MemoryContext};
@@ -158,11 +159,21 @@ unsafe fn first_state<S: State>(
     // the aggregate's memory context.
     unsafe {
         let memory = aggregate_memory(fcinfo, S::TRANSITION);
-        PgMemoryContexts::For(memory).switch_to(|_| {
-            let first = S::first(fcinfo, form, &arguments, memory).or_raise();
-            state.insert(first.expect("a row knows its arguments"));
-        });
+        let first = PgMemoryContexts::For(memory)
+            .switch_to(|_| S::first(fcinfo, form, &arguments, memory).or_raise());
+        *state = state_in(memory, first.expect("a row knows its arguments"));
     }
+}
+
+/// A state as an `internal` datum, in `memory` (the aggregate's context, or the one
+/// PostgreSQL expects a deserialized state in), dropped when that context is reset.
+///
+/// # Safety
+/// `memory` must be a valid memory context that outlives every use of the state.
+unsafe fn state_in<S: State>(memory: MemoryContext, state: S) -> Internal {
+    // SAFETY: as the caller guarantees.
+    let state = unsafe { move_into(memory, state) };
+    Internal::from(Some(Datum::from(state.as_ptr())))
 }
 
 /// What a final function samples from.
@@ -260,7 +271,8 @@ pub unsafe fn combine<S: State>(
                 });
             }
         } else {
-            PgMemoryContexts::For(memory).switch_to(|_| first.insert(S::empty_like(other, memory)));
+            let empty = PgMemoryContexts::For(memory).switch_to(|_| S::empty_like(other, memory));
+            first = state_in(memory, empty);
         }
         first.get_mut::<S>().expect("the state exists").merge(other);
         first
@@ -306,7 +318,8 @@ pub unsafe fn deserialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u
     }
     // SAFETY: the current memory context is where PostgreSQL expects the result.
     let memory = unsafe { pg_sys::CurrentMemoryContext };
-    Internal::new(S::from_bytes(bytes, memory))
+    // SAFETY: that context holds the result as long as PostgreSQL uses it.
+    unsafe { state_in(memory, S::from_bytes(bytes, memory)) }
 }
 
 /// The aggregate's memory context; an error when not called by an aggregate.

@@ -1271,4 +1271,35 @@ mod tests {
         );
         assert!(many_groups <= 25 * 1024, "10^4 groups: {many_groups} kB");
     }
+
+    /// Every state lives in the aggregate's memory context, where hash aggregation counts
+    /// it against work_mem (memory.rs, move_into): 10^5 groups of one row each report at
+    /// least their states' size beside PostgreSQL's own 48 bytes a group (its hash
+    /// entry and group key). Boxed on the Rust heap, the states were missing from it.
+    #[pg_test]
+    fn every_state_counts_in_the_aggregates_memory() {
+        run(&[
+            "SET LOCAL work_mem = '1GB'",
+            "SET LOCAL max_parallel_workers_per_gather = 0",
+            "CREATE TABLE singles AS
+             SELECT i AS g, (i % 1000)::float8 AS v, 'item-' || i AS item
+               FROM generate_series(1, 100000) i",
+            "ANALYZE singles",
+        ]);
+        let states = [
+            (
+                "dp_quantile(v, 0.5, 0, 1e6, 1.0)",
+                std::mem::size_of::<super::QuantileState>(),
+            ),
+            (
+                "dp_argmax(item, 1, 1.0)",
+                std::mem::size_of::<super::super::item_scores::ItemScores>(),
+            ),
+        ];
+        for (call, state_size) in states {
+            let kb = hash_aggregate_memory_kb(&format!("SELECT g, {call} FROM singles GROUP BY g"));
+            let least = 100_000 * (state_size + 48) / 1024;
+            assert!(kb as usize >= least, "{call}: {kb} kB, at least {least}");
+        }
+    }
 }
