@@ -103,6 +103,17 @@ pub struct StoredItem {
     inline: [u8; INLINE],
 }
 
+/// What an empty slot of a score table holds: no datum, no key.
+impl Default for StoredItem {
+    fn default() -> Self {
+        Self {
+            datum: Datum::from(0usize),
+            inline_length: u8::MAX,
+            inline: [0; INLINE],
+        }
+    }
+}
+
 /// Byte equality; short slices (most items' keys) are compared a word at a time rather
 /// than through a call to libc's memcmp, which cost more than the comparison.
 #[inline]

@@ -4,6 +4,7 @@
 pub mod gumbel;
 pub mod partition;
 pub mod permute_and_flip;
+pub mod prefetch;
 pub mod quantile;
 pub mod rng;
 pub mod scores;

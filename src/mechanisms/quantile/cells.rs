@@ -1,6 +1,7 @@
 //! Where a histogram keeps its counts: sparse (sorted run-length counts and pending
 //! cells) for a few distinct values, dense (a byte a grid point and carries) for many.
 
+use crate::mechanisms::prefetch::prefetch;
 use allocator_api2::alloc::{Allocator, Global};
 use allocator_api2::boxed::Box as AllocBox;
 use allocator_api2::vec::Vec as AllocVec;
@@ -208,21 +209,6 @@ pub(super) struct DenseCells<A: Allocator + Clone> {
 /// How many values a cell waits while its counter is fetched: enough rows to cover a
 /// miss to memory, few enough to stay in one cache line.
 pub(super) const DELAY: usize = 16;
-
-/// Asks the CPU to bring `counter`'s line into its cache; nothing else.
-#[inline(always)]
-pub(super) fn prefetch(counter: &u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it reads nothing, faults on nothing, and SSE (which
-    // provides it) is part of every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            counter as *const u8 as *const i8,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = counter;
-}
 
 /// Sorts cells (less than 2^32) by their low `bits` bits, least significant digit first
 /// (LSD radix sort), using `scratch` as the second buffer. The digits are as few as
