@@ -103,7 +103,8 @@ pub struct StoredItem {
     inline: [u8; INLINE],
 }
 
-/// What an empty slot of a score table holds: no datum, no key.
+/// What an empty slot of a score table holds: a null datum, never compared (an empty
+/// slot's tag matches no item).
 impl Default for StoredItem {
     fn default() -> Self {
         Self {

@@ -82,8 +82,10 @@ struct InContext<T> {
 }
 
 /// Moves `value` into `memory` and returns where it lies there; it is dropped when the
-/// context is reset or deleted (PostgreSQL runs a context's reset callbacks before it
-/// frees the context's blocks, so the value may still free what it holds there).
+/// context is reset or deleted. PostgreSQL runs a context's reset callbacks before it
+/// frees the context's own blocks (but after it deletes its children), so the value may
+/// still free what it holds in the context itself, as our states do, and nothing in a
+/// child context.
 ///
 /// An aggregate state lives here rather than in pgrx's `Internal::insert`, which boxes it
 /// on the Rust heap: there PostgreSQL does not see it, so hash aggregation's work_mem
