@@ -51,8 +51,46 @@ pub struct QuantileParameters {
     grid: ValueGrid,
     value_type: ValueType,
     /// One alpha for dp_quantile, several for dp_quantiles.
-    alphas: Vec<f64>,
+    alphas: QuantileAlphas,
     epsilon: f64,
+}
+
+/// The alphas of a state, kept in it when there is one (as in every dp_quantile), so that
+/// a group's state allocates nothing outside the aggregate's memory context: a `Vec` took
+/// a malloc a group that PostgreSQL did not see. Serialized as a `Vec` is (the bytes of
+/// dp_quantile_serialize are unchanged), and made only through `From<Vec<f64>>`, so that
+/// equal alphas are equal values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Vec<f64>", into = "Vec<f64>")]
+enum QuantileAlphas {
+    One([f64; 1]),
+    Many(Vec<f64>),
+}
+
+impl From<Vec<f64>> for QuantileAlphas {
+    fn from(alphas: Vec<f64>) -> Self {
+        match alphas[..] {
+            [alpha] => QuantileAlphas::One([alpha]),
+            _ => QuantileAlphas::Many(alphas),
+        }
+    }
+}
+
+impl From<QuantileAlphas> for Vec<f64> {
+    fn from(alphas: QuantileAlphas) -> Self {
+        alphas.to_vec()
+    }
+}
+
+impl std::ops::Deref for QuantileAlphas {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        match self {
+            QuantileAlphas::One(alpha) => alpha,
+            QuantileAlphas::Many(alphas) => alphas,
+        }
+    }
 }
 
 /// The alpha argument(s) of a call.
@@ -95,12 +133,12 @@ unsafe fn float_array(array: Datum) -> Vec<Option<f64>> {
 impl QuantileArguments {
     fn validate(&self) -> Result<QuantileParameters, Error> {
         let alphas = match self.alphas {
-            Alphas::One(alpha) => vec![parameters::alpha(alpha)?],
+            Alphas::One(alpha) => QuantileAlphas::One([parameters::alpha(alpha)?]),
             Alphas::Many(array) => {
                 // SAFETY: a non-NULL float8[] argument of the call (the aggregate's
                 // signature says double precision[]).
                 let values = array.map(|a| unsafe { float_array(a) });
-                parameters::alphas(values.as_deref())?
+                parameters::alphas(values.as_deref())?.into()
             }
         };
         let size = guc::quantile_grid_size();
@@ -1300,6 +1338,25 @@ mod tests {
             let kb = hash_aggregate_memory_kb(&format!("SELECT g, {call} FROM singles GROUP BY g"));
             let least = 100_000 * (state_size + 48) / 1024;
             assert!(kb as usize >= least, "{call}: {kb} kB, at least {least}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod alphas_tests {
+    use super::QuantileAlphas;
+    use crate::extension::serialization::to_cbor;
+
+    /// One alpha is kept in the state; the serialized bytes are those of a `Vec`, both ways.
+    #[test]
+    fn alphas_serialize_as_a_vec_and_one_is_kept_inline() {
+        for alphas in [vec![0.5], vec![0.1, 0.9], vec![0.25, 0.25, 0.75]] {
+            let kept = QuantileAlphas::from(alphas.clone());
+            assert_eq!(matches!(kept, QuantileAlphas::One(_)), alphas.len() == 1);
+            assert_eq!(&kept[..], &alphas[..]);
+            assert_eq!(to_cbor(&kept), to_cbor(&alphas));
+            let read: QuantileAlphas = serde_cbor::from_slice(&to_cbor(&alphas)).unwrap();
+            assert_eq!(read, kept);
         }
     }
 }
