@@ -297,6 +297,29 @@ impl<A: Allocator + Clone> DenseCells<A> {
         self.pushed += 1;
     }
 
+    /// [`DenseCells::push`] when the counting it triggers needs no carry (a carry is a
+    /// hash-map entry, which may allocate): true; false, and nothing changed, otherwise.
+    /// Never allocates or panics (rows counted outside pgrx's guard).
+    #[inline(always)]
+    pub(super) fn push_in_place(&mut self, cell: u32) -> bool {
+        let slot = self.pushed % DELAY;
+        if self.pushed >= DELAY {
+            let Some(low) = self.low.get_mut(self.recent[slot] as usize) else {
+                return false;
+            };
+            if *low == u8::MAX {
+                return false; // its count reaches 256: a carry
+            }
+            *low += 1;
+        }
+        if let Some(low) = self.low.get(cell as usize) {
+            prefetch(low);
+        }
+        self.recent[slot] = cell;
+        self.pushed += 1;
+        true
+    }
+
     #[inline]
     pub(super) fn count(&mut self, cell: u32) {
         let low = &mut self.low[cell as usize];

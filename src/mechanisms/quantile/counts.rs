@@ -62,12 +62,18 @@ impl<A: Allocator + Clone> Histogram<A> {
     }
 
     /// [`Histogram::add`] when that needs no allocation and no merge (a sparse histogram
-    /// with room for one more pending cell): true; false, and nothing changed, otherwise.
-    /// Never allocates or panics (rows counted outside pgrx's guard).
+    /// with room for one more pending cell, or a dense one whose counter reached by this
+    /// push stays below 256): true; false, and nothing changed, otherwise. Never
+    /// allocates or panics (rows counted outside pgrx's guard).
     #[inline(always)]
     pub fn add_in_place(&mut self, cell: u32) -> bool {
-        let Cells::Sparse(sparse) = &mut self.cells else {
-            return false;
+        let sparse = match &mut self.cells {
+            Cells::Sparse(sparse) => sparse,
+            Cells::Dense(dense) => {
+                let counted = dense.push_in_place(cell);
+                self.total += counted as u64;
+                return counted;
+            }
         };
         let length = sparse.pending.len();
         // One short of merge_at: the push that reaches it merges (SparseCells::push).
@@ -369,8 +375,7 @@ impl<A: Allocator + Clone> GridCounts<A> {
         }
     }
 
-    /// Whether both histograms are sparse: only then can a value be counted in place
-    /// ([`GridCounts::add_in_place`]), so a dense one's caller need not locate it first.
+    /// Whether both histograms are sparse.
     #[inline(always)]
     pub fn is_sparse(&self) -> bool {
         matches!(
