@@ -32,13 +32,12 @@ impl ContextAllocator {
 unsafe impl Allocator for ContextAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
         // palloc returns MAXALIGN'd memory. A stricter alignment (hashbrown's control
-        // bytes want 16) over-allocates and keeps palloc's pointer just before the block.
+        // bytes want 16, a quantile state 64) over-allocates and keeps palloc's pointer
+        // just before the block: the first aligned address at least a word past palloc's
+        // lies at most `align` past it, so `align` more bytes hold the block (a quantile
+        // state and its callback, 448 bytes, stay within palloc's 512-byte chunk).
         let over_aligned = layout.align() > PALLOC_ALIGNMENT;
-        let extra = if over_aligned {
-            layout.align() + PALLOC_ALIGNMENT
-        } else {
-            0
-        };
+        let extra = if over_aligned { layout.align() } else { 0 };
         let size = (layout.size() + extra).max(1);
         // MCXT_ALLOC_HUGE: a dense quantile histogram may exceed 1 GB with a large grid.
         // Out of memory raises a PostgreSQL ERROR, which pgrx turns into an unwind.

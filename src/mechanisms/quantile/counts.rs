@@ -358,6 +358,11 @@ impl GridCounts<Global> {
 }
 
 impl<A: Allocator + Clone> GridCounts<A> {
+    /// The bytes from the start of the counts within which lies all that a value counted
+    /// in place between grid points reads and writes: the between histogram's total,
+    /// pending cells and merge point (`a_row_reads_the_first_48_bytes_of_its_counts`).
+    pub const ROW_BYTES: usize = 48;
+
     pub fn new_in(grid_size: u32, allocator: A) -> Self {
         Self {
             at: Histogram::new_in(grid_size, allocator.clone()),

@@ -117,3 +117,54 @@ fn counting_in_place_is_counting_where_no_allocation_is_needed() {
         }
     }
 }
+
+/// An allocator the size of the extension's (a memory context pointer), so that the
+/// counts are laid out as the extension's are.
+#[derive(Clone)]
+struct PointerSized(#[allow(dead_code)] usize);
+
+// SAFETY: every call goes to Global, which upholds the trait's contract.
+unsafe impl allocator_api2::alloc::Allocator for PointerSized {
+    fn allocate(
+        &self,
+        layout: std::alloc::Layout,
+    ) -> Result<std::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        Global.allocate(layout)
+    }
+
+    unsafe fn deallocate(&self, block: std::ptr::NonNull<u8>, layout: std::alloc::Layout) {
+        // SAFETY: allocated by Global (allocate above), as the caller guarantees.
+        unsafe { Global.deallocate(block, layout) }
+    }
+}
+
+/// What a value counted in place between grid points reads and writes of its counts (the
+/// between histogram's total, the sparse cells' pending pointer, length and capacity,
+/// the merge point) lies in the first GridCounts::ROW_BYTES bytes, which the quantile
+/// state places in its second cache line (issue 22).
+#[test]
+fn a_row_reads_the_first_48_bytes_of_its_counts() {
+    let mut counts = GridCounts::new_in(1 << 20, PointerSized(0));
+    for cell in 0..100 {
+        counts.add(Place::Between(cell));
+    }
+    let start = &counts as *const _ as usize;
+    let histogram = &counts.between;
+    let Cells::Sparse(sparse) = &histogram.cells else {
+        panic!("sparse");
+    };
+    let end_of = |field: usize, size: usize| field + size - start;
+    let ends = [
+        end_of(&histogram.total as *const _ as usize, 8),
+        end_of(
+            &sparse.pending as *const _ as usize,
+            size_of_val(&sparse.pending),
+        ),
+        end_of(&sparse.merge_at as *const _ as usize, 8),
+    ];
+    assert!(
+        ends.iter()
+            .all(|&end| end <= GridCounts::<PointerSized>::ROW_BYTES),
+        "{ends:?}"
+    );
+}
