@@ -31,14 +31,8 @@ impl ContextAllocator {
 // `layout.size()` long, and are freed only through `deallocate` with their layout.
 unsafe impl Allocator for ContextAllocator {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        // palloc returns MAXALIGN'd memory. A stricter alignment (hashbrown's control
-        // bytes want 16, a quantile state 64) over-allocates and keeps palloc's pointer
-        // just before the block: the first aligned address at least a word past palloc's
-        // lies at most `align` past it, so `align` more bytes hold the block (a quantile
-        // state and its callback, 448 bytes, stay within palloc's 512-byte chunk).
         let over_aligned = layout.align() > PALLOC_ALIGNMENT;
-        let extra = if over_aligned { layout.align() } else { 0 };
-        let size = (layout.size() + extra).max(1);
+        let size = palloc_size(layout).max(1);
         // MCXT_ALLOC_HUGE: a dense quantile histogram may exceed 1 GB with a large grid.
         // Out of memory raises a PostgreSQL ERROR, which pgrx turns into an unwind.
         // SAFETY: the context is valid (ContextAllocator::new's contract).
@@ -78,6 +72,26 @@ unsafe impl Allocator for ContextAllocator {
 struct InContext<T> {
     callback: pg_sys::MemoryContextCallback,
     value: T,
+}
+
+/// The bytes [`move_into`] asks palloc for, to hold a `T` and its callback (palloc
+/// rounds a request up to a power of two: 512 bytes take a 512-byte chunk, 513 a
+/// 1,024-byte one).
+pub const fn request_size<T>() -> usize {
+    palloc_size(Layout::new::<InContext<T>>())
+}
+
+/// The bytes palloc is asked for to hold a block of `layout`. palloc returns MAXALIGN'd
+/// memory; a stricter alignment (hashbrown's control bytes want 16, a quantile state 64)
+/// over-allocates and keeps palloc's pointer just before the block. The first aligned
+/// address at least a word past palloc's lies at most `align` past it, so `align` more
+/// bytes hold the block.
+const fn palloc_size(layout: Layout) -> usize {
+    if layout.align() > PALLOC_ALIGNMENT {
+        layout.size() + layout.align()
+    } else {
+        layout.size()
+    }
 }
 
 /// Moves `value` into `memory` and returns where it lies there; it is dropped when the

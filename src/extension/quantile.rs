@@ -220,8 +220,10 @@ pub struct QuantileState {
     parameters: QuantileParameters,
 }
 
-// The locating rule fills the first line, the histogram of values between points starts
-// the second with what a row reads of it (GridCounts::ROW_BYTES, tested there).
+// The locating rule takes the first 80 bytes, the histogram of values between points
+// follows with what a row reads of it (GridCounts::ROW_BYTES, tested there): two lines.
+// The state and its reset callback stay in one 512-byte chunk (memory::request_size).
+const _: () = assert!(crate::extension::memory::request_size::<QuantileState>() <= 512);
 const _: () = assert!(
     std::mem::offset_of!(QuantileState, locating) == 0
         && std::mem::size_of::<Locating>() <= 80
@@ -379,14 +381,15 @@ struct SerializedQuantiles {
 /// A row counted without pgrx's guard, when it needs no more than that: a group's later
 /// row whose value is NULL, or of a by-value type and fits its histogram's pending cells
 /// (no allocation, no merge) or a dense histogram's counter without a carry. None: the
-/// guarded transition takes the row (a group's first row, a list that must grow or merge
-/// or a counter that reaches 256 (that row is located twice), numeric values). In the grouped dp_quantile of `make bench` the guard and the calls
+/// guarded transition takes the row (a group's first row, a list that must grow or
+/// merge or a counter that reaches 256 (that row is located twice), numeric values). In
+/// the grouped dp_quantile of `make bench` the guard and the calls
 /// around it took 4-6 % of the query (issue 22).
 ///
 /// Sound without the guard, which turns PostgreSQL's errors and Rust's panics into each
 /// other at the boundary: nothing here calls PostgreSQL (so no error can longjmp over
 /// these frames) or allocates, and nothing can panic with the parameters a state was
-/// made from: no indexing; the integer grid divides only by a step of at least 2; the
+/// made from: no indexing but within bounds; the integer grid divides only by a step of at least 2; the
 /// clamps of the locate functions assert lo <= hi, neither NaN, which validation
 /// required before the state existed (parameters.rs: finite lo < hi).
 ///

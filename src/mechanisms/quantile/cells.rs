@@ -302,6 +302,10 @@ impl<A: Allocator + Clone> DenseCells<A> {
     /// Never allocates or panics (rows counted outside pgrx's guard).
     #[inline(always)]
     pub(super) fn push_in_place(&mut self, cell: u32) -> bool {
+        let Some(counter) = self.low.get(cell as usize) else {
+            return false; // never (located cells lie on the grid): push's panic, guarded
+        };
+        prefetch(counter);
         let slot = self.pushed % DELAY;
         if self.pushed >= DELAY {
             let Some(low) = self.low.get_mut(self.recent[slot] as usize) else {
@@ -311,9 +315,6 @@ impl<A: Allocator + Clone> DenseCells<A> {
                 return false; // its count reaches 256: a carry
             }
             *low += 1;
-        }
-        if let Some(low) = self.low.get(cell as usize) {
-            prefetch(low);
         }
         self.recent[slot] = cell;
         self.pushed += 1;
