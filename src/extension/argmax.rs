@@ -1,24 +1,18 @@
 //! dp_argmax: the exponential mechanism (or permute-and-flip) over per-item scores, as an
 //! aggregate. Its forms are described in forms.rs.
 
-use super::aggregate::transition;
 use super::forms::DP_ARGMAX;
 use super::guc::{self, ArgmaxMechanism};
-use super::item_scores::{final_function, ItemScores};
+use super::item_scores::{final_function, selection_transition, ItemScores};
 use crate::mechanisms::gumbel::exponential_mechanism;
 use crate::mechanisms::permute_and_flip::permute_and_flip;
 use crate::mechanisms::rng;
 use pgrx::pg_sys::Datum;
 use pgrx::prelude::*;
 
-crate::version_1_function_record!(pg_finfo_dp_argmax_trans);
-
-/// Transition function of every form of dp_argmax.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_argmax_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
-    // SAFETY: PostgreSQL calls it as the transition function of dp_argmax (aggregates.sql).
-    unsafe { transition::<ItemScores>(fcinfo, &DP_ARGMAX) }
+selection_transition! {
+    /// Transition function of every form of dp_argmax.
+    dp_argmax_trans, pg_finfo_dp_argmax_trans, DP_ARGMAX
 }
 
 crate::version_1_function_record!(pg_finfo_dp_argmax_final);
@@ -194,6 +188,64 @@ mod tests {
             assert_eq!(
                 error_of(&format!("SELECT {call} FROM scored WHERE false")),
                 format!("22023: {name} must be a constant or a parameter of the statement, got an expression of the rows")
+            );
+        }
+    }
+
+    /// A row whose item the group's table holds is added in place, outside pgrx's guard
+    /// (item_scores::add_row_in_place): its score clamps to [0, max_score], NaN and NULL
+    /// count 0, NULL items are skipped, and rows of an item outside the candidates are
+    /// ignored, as for an item's first row; for short items (inline in the table) and
+    /// long ones. At ε = 10^9 the top k is the order of the scores: c 3, d 2, a 1.2,
+    /// f 1.1, b 1, e 0.9 (unclamped, b and f would lead and c and e trail).
+    #[pg_test]
+    fn rows_added_in_place_count_as_first_rows_do() {
+        for long in ["", "-long-enough-to-be-kept-apart"] {
+            let rows = [
+                "('a', 0.6), ('a', 0.6), ('b', 0), ('b', 100)",
+                "('c', 1), ('c', 1), ('c', 1), ('c', -100)",
+                "('d', 1), ('d', 1), ('d', 'NaN'), ('d', NULL)",
+                "('e', 0.5), ('e', '-Infinity'), ('e', 0.4), ('f', 0.1), ('f', 'Infinity')",
+                "(NULL, 1), (NULL, 1), ('z', 1), ('z', 1), ('z', 1), ('z', 1)",
+            ]
+            .join(", ");
+            run(&[
+                "DROP TABLE IF EXISTS later",
+                "CREATE TABLE later(item text, score float8)",
+                &format!("INSERT INTO later SELECT item || '{long}', score FROM (VALUES {rows}) v(item, score)"),
+            ]);
+            let named = |items: &str| {
+                let items: Vec<String> = items.chars().map(|c| format!("{c}{long}")).collect();
+                items
+            };
+            let array = |items: &str| format!("{{{}}}", named(items).join(","));
+            let candidates = format!(
+                "ARRAY[{}]",
+                named("abcdef")
+                    .iter()
+                    .map(|item| format!("'{item}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            assert_eq!(
+                column("SELECT dp_top_k(item, score, 7, 1e9)::text FROM later"),
+                [array("zcdafbe")]
+            );
+            assert_eq!(
+                column(&format!(
+                    "SELECT dp_top_k(item, score, 6, 1e9, 1, {candidates})::text FROM later"
+                )),
+                [array("cdafbe")]
+            );
+            assert_eq!(
+                column(&format!(
+                    "SELECT dp_argmax(item, score, 1e9, 1, {candidates}) FROM later"
+                )),
+                named("c")
+            );
+            assert_eq!(
+                column("SELECT dp_argmax(item, score, 1e9) FROM later"),
+                named("z")
             );
         }
     }

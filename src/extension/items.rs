@@ -227,6 +227,40 @@ impl ItemType {
         }
     }
 
+    /// [`ItemType::key`] when it needs no PostgreSQL call: a by-value item, a uuid, or a
+    /// text or varchar item (deterministic collation) inline in its row; None for an item
+    /// compressed or stored out of line (detoasted by PostgreSQL) or compared by its
+    /// type's functions. Neither hashing nor comparing such a key with a stored item
+    /// calls PostgreSQL (stored items are detoasted copies): rows counted outside pgrx's
+    /// guard.
+    ///
+    /// # Safety
+    /// As for [`ItemType::key`].
+    #[inline(always)]
+    pub unsafe fn key_in_place<'a>(&self, item: Datum) -> Option<ItemKey<'a>> {
+        match self.comparison {
+            // SAFETY: a valid varlena of this type (the caller's contract), read where it
+            // lies when its header says it is inline and uncompressed; headers are read
+            // by pgrx's ports of PostgreSQL's macros, not by PostgreSQL.
+            Comparison::Bytes => unsafe {
+                let pointer = item.cast_mut_ptr::<pg_sys::varlena>();
+                let inline = pgrx::varatt_is_4b_u(pointer)
+                    || (pgrx::varatt_is_1b(pointer) && !pgrx::varatt_is_1b_e(pointer));
+                inline.then(|| {
+                    ItemKey(Key::Bytes(std::slice::from_raw_parts(
+                        pgrx::vardata_any(pointer) as *const u8,
+                        pgrx::varsize_any_exhdr(pointer),
+                    )))
+                })
+            },
+            Comparison::Operator => None,
+            Comparison::Bits { .. } | Comparison::FixedBytes { .. } => {
+                // SAFETY: as the caller guarantees: bits or fixed bytes, read where they lie.
+                Some(unsafe { self.key(item) })
+            }
+        }
+    }
+
     /// The item as its hash and its comparisons read it, read once for a row (a varlena's
     /// header parsed, and detoasted if need be, once rather than once a probe).
     ///
@@ -523,7 +557,7 @@ pub unsafe fn array_elements(
 #[pgrx::pg_schema]
 mod tests {
     use super::ItemType;
-    use pgrx::pg_sys;
+    use pgrx::pg_sys::{self, Datum};
     use pgrx::prelude::*;
 
     /// A state's item images come from our serial function only, but are checked anyway:
@@ -549,6 +583,45 @@ mod tests {
         let uuid = ItemType::lookup(pg_sys::UUIDOID, pg_sys::InvalidOid).unwrap();
         assert!(uuid.is_image(&[0; 16]));
         assert!(!uuid.is_image(&[0; 15]));
+    }
+
+    /// A row added outside pgrx's guard reads its item's key only where PostgreSQL need
+    /// not: a varlena is refused, by its header alone, when compressed or out of line
+    /// (only pg_detoast_datum could read it), as is an item compared by its type's
+    /// functions; an inline varlena's key is the one the guarded path reads.
+    #[pg_test]
+    fn keys_in_place_refuse_what_only_postgresql_can_read() {
+        let text = ItemType::lookup(pg_sys::TEXTOID, pg_sys::DEFAULT_COLLATION_OID).unwrap();
+        let abcd = u32::from_le_bytes(*b"abcd");
+        let plain = [8u32 << 2, abcd];
+        let short = [
+            u32::from_le_bytes([(5 << 1) | 1, b'a', b'b', b'c']),
+            u32::from(b'd'),
+        ];
+        let compressed = [(8u32 << 2) | 2, abcd, abcd];
+        let external = [0x01 | (18 << 8), 0, 0, 0, 0, 0];
+        let in_place = |words: &[u32]| {
+            let item = Datum::from(words.as_ptr());
+            // SAFETY: varlena headers (and for the inline ones, their bytes), read by
+            // header alone for the others; key is only called on the inline ones.
+            unsafe {
+                let key = text.key_in_place(item).map(|key| format!("{key:?}"));
+                if key.is_some() {
+                    assert_eq!(key, Some(format!("{:?}", text.key(item))));
+                }
+                key
+            }
+        };
+        assert!(in_place(&plain).is_some_and(|key| key.contains("[97, 98, 99, 100]")));
+        assert!(in_place(&short).is_some_and(|key| key.contains("[97, 98, 99, 100]")));
+        assert_eq!(in_place(&compressed), None, "compressed");
+        assert_eq!(in_place(&external), None, "out of line");
+        let numeric = ItemType::lookup(pg_sys::NUMERICOID, pg_sys::InvalidOid).unwrap();
+        // SAFETY: an item compared by its type's functions is refused unread.
+        assert!(unsafe { numeric.key_in_place(Datum::from(0usize)) }.is_none());
+        let integer = ItemType::lookup(pg_sys::INT4OID, pg_sys::InvalidOid).unwrap();
+        // SAFETY: a by-value item's bits.
+        assert!(unsafe { integer.key_in_place(Datum::from(7)) }.is_some());
     }
 }
 

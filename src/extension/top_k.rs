@@ -3,10 +3,9 @@
 //! Same state, combine and parallel machinery as dp_argmax (item_scores.rs, aggregate.rs);
 //! only the final functions differ. Their forms are described in forms.rs.
 
-use super::aggregate::transition;
 use super::forms::{DP_TOP_K, DP_TOP_K_UNKNOWN_DOMAIN};
 use super::guc;
-use super::item_scores::{final_function, ItemScores};
+use super::item_scores::{final_function, selection_transition, ItemScores};
 use super::items::StoredItem;
 use crate::mechanisms::rng;
 use crate::mechanisms::scores::ItemScore;
@@ -62,14 +61,9 @@ fn unknown_domain_top_k(scores: &ItemScores) -> Option<Datum> {
     Some(items_array(scores, &entries, &order))
 }
 
-crate::version_1_function_record!(pg_finfo_dp_top_k_trans);
-
-/// Transition function of every form of dp_top_k.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_top_k_trans(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
-    // SAFETY: PostgreSQL calls it as the transition function of dp_top_k (aggregates.sql).
-    unsafe { transition::<ItemScores>(fcinfo, &DP_TOP_K) }
+selection_transition! {
+    /// Transition function of every form of dp_top_k.
+    dp_top_k_trans, pg_finfo_dp_top_k_trans, DP_TOP_K
 }
 
 crate::version_1_function_record!(pg_finfo_dp_top_k_final);
@@ -82,16 +76,11 @@ pub unsafe extern "C-unwind" fn dp_top_k_final(fcinfo: pg_sys::FunctionCallInfo)
     unsafe { final_function(fcinfo, &DP_TOP_K, top_k) }
 }
 
-crate::version_1_function_record!(pg_finfo_dp_top_k_unknown_domain_trans);
-
-/// Transition function of every form of dp_top_k_unknown_domain.
-#[pg_guard]
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dp_top_k_unknown_domain_trans(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Datum {
-    // SAFETY: PostgreSQL calls it as the transition function of dp_top_k_unknown_domain.
-    unsafe { transition::<ItemScores>(fcinfo, &DP_TOP_K_UNKNOWN_DOMAIN) }
+selection_transition! {
+    /// Transition function of every form of dp_top_k_unknown_domain.
+    dp_top_k_unknown_domain_trans,
+    pg_finfo_dp_top_k_unknown_domain_trans,
+    DP_TOP_K_UNKNOWN_DOMAIN
 }
 
 crate::version_1_function_record!(pg_finfo_dp_top_k_unknown_domain_final);

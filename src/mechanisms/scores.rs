@@ -15,7 +15,9 @@ use allocator_api2::vec::Vec as AllocVec;
 /// would reveal that such a row exists (../shared/PRIVACY.md, section 4). NULL and NaN count 0.
 pub fn contribution(score: Option<f64>, max_score: f64) -> f64 {
     match score {
-        Some(s) if !s.is_nan() => s.clamp(0.0, max_score) / max_score,
+        // max and min rather than clamp, which panics should max_score be below 0 or NaN
+        // (validated positive: rows are added outside pgrx's guard).
+        Some(s) if !s.is_nan() => s.max(0.0).min(max_score) / max_score,
         _ => 0.0,
     }
 }
@@ -119,9 +121,25 @@ impl<I: Default, A: Allocator + Clone> ScoreTable<I, A> {
         &mut self,
         hash: u32,
         amount: f64,
-        mut same: impl FnMut(&I) -> bool,
+        same: impl FnMut(&I) -> bool,
         new_item: impl FnOnce() -> I,
     ) -> bool {
+        match self.add_to_item(hash, amount, same) {
+            Ok(()) => true,
+            Err(at) => self.insert(hash, amount, new_item, at),
+        }
+    }
+
+    /// [`ScoreTable::add`] for an item the table holds: Ok, its score raised; else the
+    /// empty slot where the probe for it ended (meaningless when there are no slots), and
+    /// nothing changed. Never allocates or panics (rows counted outside pgrx's guard).
+    #[inline(always)]
+    pub fn add_to_item(
+        &mut self,
+        hash: u32,
+        amount: f64,
+        mut same: impl FnMut(&I) -> bool,
+    ) -> Result<(), usize> {
         let mask = self.tags.len().wrapping_sub(1);
         let tag = tag_of(hash);
         let mut at = hash as usize & mask;
@@ -137,15 +155,16 @@ impl<I: Default, A: Allocator + Clone> ScoreTable<I, A> {
                 break;
             }
             if found == tag {
-                let entry = &mut self.entries[at];
-                if same(&entry.item) {
-                    entry.score += amount;
-                    return true;
+                if let Some(entry) = self.entries.get_mut(at) {
+                    if same(&entry.item) {
+                        entry.score += amount;
+                        return Ok(());
+                    }
                 }
             }
             at = (at + 1) & mask;
         }
-        self.insert(hash, amount, new_item, at)
+        Err(at)
     }
 
     /// A row of an item not yet in the table, whose probe ended at the empty slot `at`
@@ -275,6 +294,26 @@ mod tests {
             sorted(&table),
             [("a".into(), 2.0), ("b".into(), 0.75), ("c".into(), 0.0)]
         );
+    }
+
+    /// add_to_item raises the score of an item the table holds and changes nothing for
+    /// any other (no slots yet; an absent item whose probe meets others): what add then
+    /// does is add's alone (rows added outside pgrx's guard).
+    #[test]
+    fn adding_to_a_held_item_never_inserts() {
+        let mut table: ScoreTable<u32> = ScoreTable::new();
+        assert!(table.add_to_item(5, 1.0, |_| true).is_err());
+        assert_eq!(table.len(), 0);
+        for i in 0..100u32 {
+            table.add(i % 7, 1.0, |&j| j == i, || i);
+        }
+        for i in 0..100u32 {
+            assert_eq!(table.add_to_item(i % 7, 0.5, |&j| j == i), Ok(()));
+        }
+        assert!(table.add_to_item(3, 1.0, |&j| j == 1000).is_err());
+        assert_eq!(table.len(), 100);
+        assert!(table.iter().all(|e| e.score == 1.5));
+        assert!(table.iter().map(|e| *e.item).eq(0..100));
     }
 
     #[test]
