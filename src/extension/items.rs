@@ -290,7 +290,10 @@ impl ItemType {
     /// # Safety
     /// `key` must come from this type's [`ItemType::key`] (a key of another type could
     /// hold a datum this type's hash function cannot read).
-    #[inline]
+    // Always inlined: a row's key is then hashed by the code of its own kind alone (out of
+    // line, hashing and matching took 15 % of dp_argmax's samples over 1,000 text items,
+    // issue 22).
+    #[inline(always)]
     pub unsafe fn hash(&self, key: ItemKey) -> u32 {
         match key.0 {
             Key::Bits(bits) => hash_bytes(&bits.to_ne_bytes()),
@@ -328,7 +331,7 @@ impl ItemType {
     /// # Safety
     /// `stored` must hold a valid, non-NULL datum of this type, and `key` be one of its
     /// keys.
-    #[inline]
+    #[inline(always)] // as `hash`
     pub unsafe fn matches(&self, stored: &StoredItem, key: ItemKey) -> bool {
         if stored.inline_length != u8::MAX {
             return match key.0 {
