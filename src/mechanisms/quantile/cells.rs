@@ -227,28 +227,31 @@ pub(super) fn radix_sort<A: Allocator + Clone>(
     debug_assert!(cells.len() <= u32::MAX as usize, "counts fit in 32 bits");
     let passes = bits.div_ceil(8) as usize;
     let width = bits.div_ceil(passes as u32);
-    let counts = match passes {
+    let mut counts = match passes {
         1 => digit_counts::<1>(cells, width),
         2 => digit_counts::<2>(cells, width),
         3 => digit_counts::<3>(cells, width),
         _ => digit_counts::<4>(cells, width),
     };
     let mask = (1u32 << width) - 1;
+    let length = cells.len() as u32;
     scratch.clear();
     scratch.resize(cells.len(), 0);
-    for (pass, count) in counts[..passes].iter().enumerate() {
-        let mut buckets = [0u32; 256];
-        let mut start = 0;
-        for (bucket, &n) in buckets.iter_mut().zip(&count[..=mask as usize]) {
-            (*bucket, start) = (start, start + n);
-        }
-        if count.iter().any(|&n| n as usize == cells.len()) {
+    for (pass, count) in counts[..passes].iter_mut().enumerate() {
+        let shift = pass as u32 * width;
+        let digit = |cell: u32| ((cell >> shift) & mask) as usize;
+        // A digit every cell shares holds them all: its count says so, no scan needed.
+        if count[digit(cells[0])] == length {
             continue;
         }
-        let shift = pass as u32 * width;
+        // Each count becomes its bucket's start, in place.
+        let mut start = 0;
+        for n in &mut count[..=mask as usize] {
+            (*n, start) = (start, start + *n);
+        }
         let destination = scratch.as_mut_ptr();
         for &cell in cells.iter() {
-            let bucket = &mut buckets[((cell >> shift) & mask) as usize];
+            let bucket = &mut count[digit(cell)];
             // SAFETY: a bucket starts at the number of cells with a smaller digit and
             // takes as many cells as have its digit, all counted from these cells, so
             // every position is below cells.len() = scratch.len() (no bounds check in

@@ -4,6 +4,7 @@ use super::cells::*;
 use super::counts::*;
 use super::*;
 use allocator_api2::alloc::Global;
+use allocator_api2::vec::Vec as AllocVec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -167,4 +168,39 @@ fn a_row_reads_the_first_48_bytes_of_its_counts() {
             .all(|&end| end <= GridCounts::<PointerSized>::ROW_BYTES),
         "{ends:?}"
     );
+}
+
+/// The radix sort a draw lists a group's cells with sorts as a comparison sort does: any
+/// width from 1 to 32 bits (one to four passes), few cells and many, ties, and cells
+/// that share a digit (a pass skipped) or all digits.
+#[test]
+fn radix_sort_sorts_as_a_comparison_sort_does() {
+    let mut rng = ChaCha20Rng::seed_from_u64(22);
+    let mut scratch = AllocVec::new_in(Global);
+    for case in 0..4_000 {
+        let bits = 1 + case % 32;
+        let largest = if bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
+        let length = [2, 3, 17, 64, 200, 1_000, 5_000][case % 7];
+        let mut cells = AllocVec::new_in(Global);
+        match case % 4 {
+            0 => cells.extend((0..length).map(|_| rng.random_range(0..=largest))),
+            // Few distinct cells: ties, and a high digit all share.
+            1 => cells.extend((0..length).map(|_| rng.random_range(0..=largest.min(40)))),
+            // The low digit all share.
+            2 => cells.extend((0..length).map(|_| rng.random_range(0..=largest) & !0xff)),
+            _ => cells.extend(std::iter::repeat_n(largest, length)),
+        }
+        let mut expected = cells.to_vec();
+        expected.sort_unstable();
+        radix_sort(&mut cells, &mut scratch, bits as u32);
+        assert_eq!(
+            cells.as_slice(),
+            expected.as_slice(),
+            "{bits} bits, {length} cells"
+        );
+    }
 }
