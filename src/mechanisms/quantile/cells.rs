@@ -25,8 +25,8 @@ pub(super) struct SparseCells<A: Allocator + Clone> {
     pub(super) sorted: AllocVec<(u32, u32), A>,
 }
 
-/// Sorts cells: by radix (8 bits a pass, as many passes as the largest cell needs) once
-/// they are many, a comparison sort below that.
+/// Sorts cells: by radix (at most 8 bits a pass, as many passes as the largest cell
+/// needs) once they are many, a comparison sort below that.
 pub(super) fn sort_cells<B: Allocator + Clone>(cells: &mut AllocVec<u32, B>) {
     if cells.len() < 64 {
         return cells.sort_unstable();
@@ -210,8 +210,8 @@ pub(super) struct DenseCells<A: Allocator + Clone> {
 /// miss to memory, few enough to stay in one cache line.
 pub(super) const DELAY: usize = 16;
 
-/// Sorts cells (less than 2^32) by their low `bits` bits, least significant digit first
-/// (LSD radix sort), using `scratch` as the second buffer. The digits are as few as
+/// Sorts cells below 2^`bits` (the digits may span a few bits more), least significant
+/// digit first (LSD radix sort), using `scratch` as the second buffer. The digits are as few as
 /// passes of at most 8 bits allow, all counted in one read of the cells (22 bits: three
 /// passes of 8); a digit every cell shares is not scattered (issue 22: a
 /// draw sorts a group's cells, so a pass saved is a pass per group).
