@@ -1,18 +1,21 @@
-//! The per-row paths of dp_quantile and dp_argmax in pure Rust, timed (issue 22): where each nanosecond
-//! of a row goes, without PostgreSQL around it. Not a test of correctness (the exact-law
-//! tests are); run it with
+//! The per-row paths of dp_quantile and dp_argmax in pure Rust, timed (issue 22): where
+//! each nanosecond of a row goes, without PostgreSQL around it. Not a test of correctness
+//! (the exact-law tests are); run it with
 //!
 //!     cargo test --release --features "pg15 pg_test" --no-default-features --lib \
 //!         -- --ignored --nocapture per_row_speed
 //!
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
 //! and integer values in one group, and in 10,000 groups of 1,000 values and of 200 (rows
-//! arriving round-robin, as `i % 10000` groups do in `make bench`), then the cost per group of a
-//! merge (a parallel plan's combine) and of a draw (over 1,000 values and over 200). `argmax_per_row_speed` does the same
-//! for dp_argmax's hash and score table.
+//! arriving round-robin, as `i % 10000` groups do in `make bench`), then the cost per group
+//! of a merge (a parallel plan's combine) and of a draw (over 1,000 values and over 200,
+//! with what the latter reads: its listing, its runs, its words of ChaCha20).
+//! `argmax_per_row_speed` does the same for dp_argmax's hash and score table.
 
-use super::quantile::{sample_quantile, window_ranks, Grid, GridCounts, IntegerGrid, Place};
-use rand::{Rng, SeedableRng};
+use super::quantile::{
+    runs_between, sample_quantile, window_ranks, Grid, GridCounts, IntegerGrid, Place,
+};
+use rand::{Rng, RngCore, SeedableRng};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -128,7 +131,24 @@ fn per_row_speed() {
     };
     let groups = groups_of(&floats);
     let (draw, listing) = draw_costs(&groups);
-    let (small_draw, small_listing) = draw_costs(&groups_of(&floats[..ROWS / 5]));
+    let small_groups = groups_of(&floats[..ROWS / 5]);
+    let (small_draw, small_listing) = draw_costs(&small_groups);
+    // What else a draw from 200 values reads and draws: every run of equal utility over
+    // its listed places, and a word of ChaCha20 for each of about 100 contenders.
+    let listed: Vec<Vec<(u64, u64)>> = (small_groups.iter())
+        .map(|counts| counts.sparse_occupied().expect("200 values stay sparse"))
+        .collect();
+    let small_runs = median_ns(GROUPS, || {
+        for (counts, places) in small_groups.iter().zip(&listed) {
+            let runs = runs_between(places.iter().copied(), counts.total(), 0, K, 0.5);
+            black_box(runs.count());
+        }
+    });
+    let words = median_ns(GROUPS, || {
+        for _ in 0..GROUPS * 100 {
+            black_box(rng.next_u64());
+        }
+    });
     let merge = median_ns(GROUPS / 2, || {
         for pair in groups.chunks(2) {
             let mut merged = pair[0].clone();
@@ -160,6 +180,11 @@ fn per_row_speed() {
     println!(
         "    of which listing its places: {:6.1} µs",
         small_listing / 1e3
+    );
+    println!(
+        "    every run of its places:     {:6.1} µs; 100 words of ChaCha20: {:.1} µs",
+        small_runs / 1e3,
+        words / 1e3
     );
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
     println!("  draw, one group of 10^7:     {:6.1} µs", one_draw / 1e3);
