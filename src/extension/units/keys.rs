@@ -75,7 +75,7 @@ pub unsafe fn followed_unit(
         // SAFETY: a column of the new entry.
         null_identity = unsafe {
             let key_column = super::follow::column_var(key.confrelid, joined, key.confkey[0]);
-            let hash = super::rewrite::hashed(key_column);
+            let hash = super::expressions::hashed(key_column);
             (!hash.is_null()).then_some(hash)
         };
         (rti, relation, current) = (joined, key.confrelid, next);

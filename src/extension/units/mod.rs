@@ -13,6 +13,7 @@
 //! Runs in the planner hook, after views are expanded and before PostgreSQL plans, for
 //! every role: a superuser's DP aggregate is bounded too.
 
+mod expressions;
 mod follow;
 mod functions;
 mod functions_called;
