@@ -245,16 +245,7 @@ unsafe extern "C-unwind" fn bounds_mutator(
             let function = (*(node as *mut pg_sys::FuncExpr)).funcid;
             let bounds = &*(context as *mut Bounds);
             if let Some(&(_, value)) = bounds.functions.iter().find(|(oid, _)| *oid == function) {
-                return pg_sys::makeConst(
-                    pg_sys::INT8OID,
-                    -1,
-                    pg_sys::InvalidOid,
-                    8,
-                    pg_sys::Datum::from(value),
-                    false,
-                    true,
-                )
-                .cast();
+                return crate::extension::units::int8(value).cast();
             }
         }
         versions::mutate_children(node, bounds_mutator, context)

@@ -40,7 +40,8 @@ pub(super) unsafe fn call(
     }
 }
 
-pub(super) unsafe fn int8(value: i64) -> *mut pg_sys::Expr {
+/// A bigint constant.
+pub(crate) unsafe fn int8(value: i64) -> *mut pg_sys::Expr {
     // SAFETY: a by-value bigint constant.
     unsafe {
         pg_sys::makeConst(

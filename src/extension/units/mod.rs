@@ -21,6 +21,7 @@ mod grouping_sets;
 mod keys;
 mod labels;
 mod rewrite;
+pub(crate) use expressions::int8;
 pub(crate) use rewrite::functions;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
