@@ -19,7 +19,7 @@
 //!   planned.
 
 use super::charge::session_is_budgeted;
-use super::metering::dp_aggregate;
+use super::identity::dp_aggregate;
 use super::statistics::count_again;
 use crate::error::Error;
 use crate::extension::raise;

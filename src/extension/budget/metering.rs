@@ -21,22 +21,20 @@
 //! run in a node this hook did not meter.
 
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
+use super::cost::{charged_arguments, cost, evaluate, release_of, Cost};
+use super::identity::{dp_aggregate, forget_identities};
 use super::statistics::{count_again, is_silenced, Silence};
 use crate::error::Error;
-use crate::extension::aggregate::{Source, State};
-use crate::extension::arguments::{evaluate_fixed, is_same_on_every_row, Argument};
-use crate::extension::forms::{Aggregate, Family, ValueType, AGGREGATES};
-use crate::extension::item_scores::ItemScores;
-use crate::extension::quantile::QuantileState;
-use crate::extension::units::{self, charged_expression};
+use crate::extension::arguments::Argument;
+use crate::extension::forms::Aggregate;
+use crate::extension::units;
 use crate::extension::{raise, OrRaise};
-use crate::parameters;
-use pgrx::pg_sys::{self, Oid};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::rc::Rc;
 
 /// A node that finalizes DP aggregates: its own ExecProcNode, what each loop releases,
@@ -68,16 +66,6 @@ struct LoopCall {
     evaluations: u32,
 }
 
-/// What the plan says of one call's ε and δ.
-enum Cost {
-    Known {
-        epsilon: f64,
-        delta: f64,
-    },
-    /// Set by each loop's outer row: read at the start of each loop.
-    PerLoop,
-}
-
 thread_local! {
     /// The arguments of each DP aggregate call of the running plans, by the address of
     /// the node that finalizes it and the call's number in it (not by the Aggref, which
@@ -85,9 +73,6 @@ thread_local! {
     static ARGUMENTS: RefCell<HashMap<Call, Rc<[Argument]>>> = RefCell::new(HashMap::new());
     /// The metered nodes of the running plans, by the address of their PlanState.
     static METERS: RefCell<HashMap<usize, Meter>> = RefCell::new(HashMap::new());
-    /// Which functions are this extension's aggregates, by oid.
-    static IDENTITIES: RefCell<HashMap<Oid, Option<&'static Aggregate>>> =
-        RefCell::new(HashMap::new());
     /// How many plans with DP aggregates this process has started and not yet ended.
     static RUNNING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
@@ -113,79 +98,6 @@ pub fn install_metering() {
             Some(forget_identities),
             pg_sys::Datum::from(0usize),
         );
-    }
-}
-
-/// A function was created, changed or dropped: forget which oids are ours.
-#[pg_guard]
-unsafe extern "C-unwind" fn forget_identities(_argument: pg_sys::Datum, _cache: i32, _hash: u32) {
-    IDENTITIES.with(|identities| identities.borrow_mut().clear());
-}
-
-/// The aggregate of this extension that `function` is, if it is one.
-pub fn dp_aggregate(function: Oid) -> Option<&'static Aggregate> {
-    if let Some(known) = IDENTITIES.with(|identities| identities.borrow().get(&function).copied()) {
-        return known;
-    }
-    // SAFETY: catalog lookups by oid; a missing function or extension gives NULL or
-    // InvalidOid, which are checked.
-    let identity = unsafe {
-        let name = pg_sys::get_func_name(function);
-        let aggregate = if name.is_null() {
-            None
-        } else {
-            let name = CStr::from_ptr(name).to_bytes();
-            // Quantile aggregates are overloaded on their value type (float8, smallint,
-            // ...): the first argument's type tells them apart, looked up once.
-            let mut value_type = None;
-            AGGREGATES.iter().find(|a| {
-                a.name.as_bytes() == name
-                    && match a.family {
-                        Family::Quantile(v) => {
-                            type_oid(v)
-                                == *value_type.get_or_insert_with(|| first_argument_type(function))
-                        }
-                        _ => true,
-                    }
-            })
-        };
-        aggregate.filter(|_| {
-            let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
-            extension != pg_sys::InvalidOid
-                && pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, function) == extension
-        })
-    };
-    IDENTITIES.with(|identities| identities.borrow_mut().insert(function, identity));
-    identity
-}
-
-/// The catalog's oid of a quantile aggregate's value type.
-fn type_oid(value: ValueType) -> Oid {
-    match value {
-        ValueType::Float => pg_sys::FLOAT8OID,
-        ValueType::Smallint => pg_sys::INT2OID,
-        ValueType::Integer => pg_sys::INT4OID,
-        ValueType::Bigint => pg_sys::INT8OID,
-        ValueType::Numeric => pg_sys::NUMERICOID,
-    }
-}
-
-/// The type of a function's first argument (InvalidOid if it has none).
-///
-/// # Safety
-/// A catalog lookup: call it inside a transaction.
-unsafe fn first_argument_type(function: Oid) -> Oid {
-    let mut types: *mut Oid = std::ptr::null_mut();
-    let mut count = 0;
-    // SAFETY: a syscache lookup of an existing function (the caller found its name);
-    // it pallocs the array of `count` argument types.
-    unsafe {
-        pg_sys::get_func_signature(function, &mut types, &mut count);
-        if count > 0 && !types.is_null() {
-            *types
-        } else {
-            pg_sys::InvalidOid
-        }
     }
 }
 
@@ -595,52 +507,6 @@ impl NodeCalls {
     }
 }
 
-/// The arguments a call is charged by: its own, except where the plan gives one group of
-/// a unit-bounded aggregate its share of the statement's ε or δ (`dp_unit_share(total,
-/// divisor)`, units/rewrite.rs): there the total.
-///
-/// # Safety
-/// As [`evaluate`]'s; `arguments` are the expressions' values.
-unsafe fn charged_arguments(
-    expressions: &[*mut pg_sys::Expr],
-    arguments: &[Argument],
-    estate: *mut pg_sys::EState,
-    running: Option<*mut pg_sys::PlanState>,
-) -> Vec<Argument> {
-    expressions
-        .iter()
-        .zip(arguments)
-        .map(|(&expression, &argument)| {
-            // SAFETY: as the caller guarantees.
-            unsafe {
-                let charged = charged_expression(expression);
-                if charged == expression {
-                    argument
-                } else {
-                    evaluate_fixed(charged, estate, running)
-                }
-            }
-        })
-        .chain(arguments.iter().copied().skip(expressions.len()))
-        .collect()
-}
-
-/// The arguments of a call from its expressions (see [`evaluate_fixed`]).
-///
-/// # Safety
-/// The expressions must be of a plan started in `estate`, and `running` one of its nodes.
-unsafe fn evaluate(
-    expressions: &[*mut pg_sys::Expr],
-    estate: *mut pg_sys::EState,
-    running: Option<*mut pg_sys::PlanState>,
-) -> Vec<Argument> {
-    expressions
-        .iter()
-        // SAFETY: as the caller guarantees.
-        .map(|&expression| unsafe { evaluate_fixed(expression, estate, running) })
-        .collect()
-}
-
 #[pg_guard]
 unsafe extern "C-unwind" fn collect_window_functions(
     node: *mut pg_sys::Node,
@@ -719,98 +585,6 @@ unsafe fn partial_aggref(
                 .get_ptr((*var).varattno as usize - 1)?;
             expression = (*entry).expr.cast();
         }
-    }
-}
-
-/// What one call is charged, from its arguments as the plan gives them, after checking
-/// them (before any row): ε and δ must be constants or parameters of the statement, or
-/// parameters of the loop (then read at each loop's start); the other parameters are
-/// checked when they are known.
-///
-/// # Safety
-/// `expressions` must be the call's argument expressions (or empty when unknown).
-unsafe fn cost(
-    aggregate: &Aggregate,
-    arity: usize,
-    arguments: &[Argument],
-    expressions: &[*mut pg_sys::Expr],
-) -> Result<Cost, Error> {
-    let form = aggregate.form(arity);
-    // Every parameter is the same on every row of a loop, or the statement is refused
-    // before any row: a parameter of the rows would make the answer, or an error
-    // ("must be the same on every row"), depend on them.
-    let first = form.family.row_arguments().len();
-    for (parameter, position) in form.parameters.iter().zip(first..) {
-        if let Some(&expression) = expressions.get(position) {
-            // SAFETY: one of the call's argument expressions, as the caller guarantees.
-            if !unsafe { is_same_on_every_row(expression.cast()) } {
-                return Err(of_the_rows(parameter.name()));
-            }
-        }
-    }
-    let charged = [Some(form.positions.epsilon), form.positions.delta];
-    let unknown = charged
-        .into_iter()
-        .flatten()
-        .filter(|&position| !matches!(arguments.get(position), Some(Argument::Known(_))))
-        .collect::<Vec<_>>();
-    if unknown.is_empty() {
-        return release_of(aggregate, arity, arguments)
-            .map(|(epsilon, delta)| Cost::Known { epsilon, delta });
-    }
-    // Unknown but the same on every row (checked above): read at each loop's start.
-    // Unknown with no expression to read (a Finalize Aggregate whose partial call was
-    // not found): refused.
-    match unknown
-        .iter()
-        .find(|&&position| expressions.get(position).is_none())
-    {
-        None => Ok(Cost::PerLoop),
-        Some(&position) => Err(of_the_rows(if position == form.positions.epsilon {
-            "epsilon"
-        } else {
-            "delta"
-        })),
-    }
-}
-
-/// The refusal of a parameter computed from the rows.
-fn of_the_rows(name: &'static str) -> Error {
-    Error::InvalidParameter {
-        name,
-        value: "an expression of the rows".into(),
-        requirement: "a constant or a parameter of the statement".into(),
-    }
-}
-
-/// ε and δ of one call whose charged parameters are known, after checking every
-/// parameter that is.
-fn release_of(
-    aggregate: &Aggregate,
-    arity: usize,
-    arguments: &[Argument],
-) -> Result<(f64, f64), Error> {
-    let form = aggregate.form(arity);
-    let source = Fixed(arguments);
-    let epsilon = parameters::epsilon(source.float(form.positions.epsilon).flatten())?;
-    let delta = match form.positions.delta {
-        Some(position) => parameters::delta(source.float(position).flatten())?,
-        None => 0.0,
-    };
-    match aggregate.family {
-        Family::Selection => ItemScores::validate(form, &source)?,
-        Family::Quantile(_) => QuantileState::validate(form, &source)?,
-        Family::Partition => {}
-    }
-    Ok((epsilon, delta))
-}
-
-/// Arguments read from the plan.
-struct Fixed<'a>(&'a [Argument]);
-
-impl Source for Fixed<'_> {
-    fn argument(&self, position: usize) -> Argument {
-        self.0.get(position).copied().unwrap_or(Argument::Unknown)
     }
 }
 

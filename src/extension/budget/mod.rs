@@ -22,6 +22,8 @@
 
 mod barrier;
 mod charge;
+mod cost;
+mod identity;
 mod metering;
 mod shared;
 mod sql;
@@ -32,7 +34,8 @@ mod wal;
 pub use barrier::install_barrier;
 pub use charge::require_metered;
 pub use charge::session_is_budgeted;
-pub use metering::{dp_aggregate, dp_plan_running, install_metering, plan_arguments};
+pub use identity::dp_aggregate;
+pub use metering::{dp_plan_running, install_metering, plan_arguments};
 pub use shared::init_shared_memory;
 pub use statistics::{count_again, install_statistics, Silence};
 

@@ -28,7 +28,7 @@
 //! the WAL position moved by hint bits, global counters such as `pg_stat_bgwriter`.
 
 use super::charge::session_is_budgeted;
-use super::metering::dp_aggregate;
+use super::identity::dp_aggregate;
 use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgList};
 use std::cell::Cell;
