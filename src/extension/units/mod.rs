@@ -18,6 +18,7 @@ mod follow;
 mod functions;
 mod functions_called;
 mod grouping_sets;
+mod joins;
 mod keys;
 mod labels;
 mod rewrite;
