@@ -13,6 +13,7 @@ mod memory;
 mod partition;
 mod planner;
 mod quantile;
+mod quantile_arguments;
 mod serialization;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
