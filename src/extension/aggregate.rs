@@ -121,7 +121,7 @@ pub unsafe fn transition<S: State>(
     let call = unsafe { CallArguments::new(fcinfo) };
     let mut state = Internal::from(call.datum(0));
     // Later rows are not read for parameters: the metering hook refused, before any row,
-    // every parameter that could differ between the rows of a loop (metering.rs, cost),
+    // every parameter that could differ between the rows of a loop (budget/cost.rs),
     // and a node it did not meter answers nothing (final_state). So a row costs its
     // values only.
     // SAFETY: the state argument is NULL or the state this function returned before,

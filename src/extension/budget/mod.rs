@@ -15,9 +15,12 @@
 //!
 //! - `shared`: the accounts in shared memory, loaded at start-up;
 //! - `metering`: the charge of a plan, taken when it starts (and at each rescan);
+//! - `cost`: what one DP aggregate call is charged, from its arguments in the plan;
+//! - `identity`: which functions are this extension's aggregates;
 //! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
 //! - `charge`: the charge itself, and who must have a budget;
 //! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
+//! - `wal`: the ledger's WAL records and their redo, for recovery and standbys;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
 mod barrier;

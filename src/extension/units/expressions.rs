@@ -41,6 +41,9 @@ pub(super) unsafe fn call(
 }
 
 /// A bigint constant.
+///
+/// # Safety
+/// Call it in a backend, where it pallocs the node in the current memory context.
 pub(crate) unsafe fn int8(value: i64) -> *mut pg_sys::Expr {
     // SAFETY: a by-value bigint constant.
     unsafe {

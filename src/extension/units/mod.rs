@@ -5,10 +5,14 @@
 //! - `labels`: the declaration, its catalog lookup and the view `dp_privacy_units`;
 //! - `follow`: from a query level with DP aggregates down to the protected table's unit
 //!   column, through FROM subqueries (and views) that keep rows apart, or a refusal;
+//! - `joins`: protected tables joined on their unit columns, one unit a joined row;
 //! - `keys`: units found along foreign keys (order_items → orders);
 //! - `grouping_sets`: a level with GROUPING SETS split into one GROUP BY per set;
 //! - `rewrite`: the transformation of that level, from input tree to output tree;
-//! - `functions`: the SQL functions the bounded plan calls.
+//! - `expressions`: the planner expressions the transformation builds;
+//! - `functions`: the SQL functions the bounded plan calls;
+//! - `functions_called`: the functions a DP query level may call where units are
+//!   declared (those the hook cannot see into are refused).
 //!
 //! Runs in the planner hook, after views are expanded and before PostgreSQL plans, for
 //! every role: a superuser's DP aggregate is bounded too.
