@@ -53,19 +53,45 @@ impl Locating {
     /// outside pgrx's guard.
     #[inline(always)]
     fn by_value(&self, value: Datum) -> Located {
-        match *self {
-            Locating::Float(locator) => {
-                let value = f64::from_bits(value.value() as u64);
-                if value.is_nan() {
-                    return Located::NotANumber;
-                }
-                Located::Place(locator.locate(value))
-            }
-            Locating::Numeric(locator) => Located::Numeric(locator),
+        match self {
+            Locating::Float(locator) => Self::float(locator, value),
+            Locating::Numeric(locator) => Located::Numeric(*locator),
             Locating::Smallint(grid) => Located::Place(grid.locate(value.value() as i16 as i64)),
             Locating::Integer(grid) => Located::Place(grid.locate(value.value() as i32 as i64)),
             Locating::Bigint(grid) => Located::Place(grid.locate(value.value() as i64)),
         }
+    }
+
+    /// [`Locating::by_value`] in the transition of `kind` values, for a rule of that kind;
+    /// None for any other (the guarded transition then takes the row). `kind` is a
+    /// constant where this is inlined (each transition symbol is one value type's,
+    /// aggregates.sql), and a state's rule is its aggregate's kind: a row tests one tag
+    /// and takes its path, with no dispatch on the rule (issue 22).
+    #[inline(always)]
+    fn by_value_of(&self, kind: ValueType, value: Datum) -> Option<Located> {
+        Some(match (kind, self) {
+            (ValueType::Float, Locating::Float(locator)) => Self::float(locator, value),
+            (ValueType::Smallint, Locating::Smallint(grid)) => {
+                Located::Place(grid.locate(value.value() as i16 as i64))
+            }
+            (ValueType::Integer, Locating::Integer(grid)) => {
+                Located::Place(grid.locate(value.value() as i32 as i64))
+            }
+            (ValueType::Bigint, Locating::Bigint(grid)) => {
+                Located::Place(grid.locate(value.value() as i64))
+            }
+            _ => return None,
+        })
+    }
+
+    /// A float8 datum's place; NaN is not counted.
+    #[inline(always)]
+    fn float(locator: &Locator, value: Datum) -> Located {
+        let value = f64::from_bits(value.value() as u64);
+        if value.is_nan() {
+            return Located::NotANumber;
+        }
+        Located::Place(locator.locate(value))
     }
 }
 
@@ -256,9 +282,9 @@ struct SerializedQuantiles {
 /// required before the state existed (parameters.rs: finite lo < hi).
 ///
 /// # Safety
-/// `fcinfo` must be the call info of a quantile transition function.
+/// `fcinfo` must be the call info of a quantile transition function of `kind` values.
 #[inline(always)]
-unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo) -> Option<Datum> {
+unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo, kind: ValueType) -> Option<Datum> {
     // SAFETY: a valid call info (the caller's contract).
     let arguments = unsafe { &*fcinfo };
     // Every quantile transition takes the state and the value first (aggregates.sql).
@@ -281,10 +307,10 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo) -> Option<Datum> 
     // SAFETY: a non-NULL state of a quantile transition is the QuantileState it returned
     // before (aggregate::transition), which no one else holds during this call.
     let quantiles = unsafe { &mut *state.value.cast_mut_ptr::<QuantileState>() };
-    let counted = match quantiles.locating.by_value(value.value) {
-        Located::Place(place) => quantiles.counts.add_in_place(place),
-        Located::NotANumber => true,
-        Located::Numeric(_) => false,
+    let counted = match quantiles.locating.by_value_of(kind, value.value) {
+        Some(Located::Place(place)) => quantiles.counts.add_in_place(place),
+        Some(Located::NotANumber) => true,
+        Some(Located::Numeric(_)) | None => false,
     };
     counted.then_some(state.value)
 }
@@ -298,8 +324,13 @@ macro_rules! quantile_transitions {
         /// A transition function of the quantile aggregates.
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $function(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
+            // The aggregate's value type, at compile time (forms.rs describes it).
+            const KIND: ValueType = match $aggregate.family {
+                Family::Quantile(kind) => kind,
+                _ => panic!("a quantile aggregate"),
+            };
             // SAFETY: PostgreSQL calls it as the transition function of this aggregate.
-            if let Some(state) = unsafe { count_row_in_place(fcinfo) } {
+            if let Some(state) = unsafe { count_row_in_place(fcinfo, KIND) } {
                 return state;
             }
             #[pg_guard]
@@ -505,6 +536,75 @@ fn dp_quantile_deserialize(
 ) -> Internal {
     // SAFETY: PostgreSQL calls it as their deserialize function (and it checks that).
     unsafe { aggregate::deserialize::<QuantileState>(fcinfo, bytes) }
+}
+
+/// The row path of each transition symbol places every value where the rule of its kind
+/// does, and leaves a rule of another kind (never met: a state is its aggregate's) to the
+/// guarded transition.
+#[cfg(test)]
+mod locating_tests {
+    use super::{Located, Locating, ValueType};
+    use crate::mechanisms::quantile::{Grid, IntegerGrid, Place};
+    use pgrx::pg_sys::Datum;
+
+    fn place(located: Option<Located>) -> Option<Option<Place>> {
+        located.map(|located| match located {
+            Located::Place(place) => Some(place),
+            Located::NotANumber | Located::Numeric(_) => None,
+        })
+    }
+
+    #[test]
+    fn each_kind_places_as_its_rule_and_refuses_the_others() {
+        let float = Grid {
+            lo: -3.0,
+            hi: 1e6,
+            size: 1 << 20,
+        }
+        .locator();
+        let integers = IntegerGrid::new(-40_000, 40_000, 1 << 10);
+        let rules = [
+            (ValueType::Float, Locating::Float(float)),
+            (ValueType::Numeric, Locating::Numeric(float)),
+            (ValueType::Smallint, Locating::Smallint(integers)),
+            (ValueType::Integer, Locating::Integer(integers)),
+            (ValueType::Bigint, Locating::Bigint(integers)),
+        ];
+        let floats = [
+            -1e300,
+            -3.0,
+            -0.0,
+            0.5,
+            1234.5678,
+            999_999.0,
+            1e6,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let datums: Vec<Datum> = floats
+            .iter()
+            .map(|v| Datum::from(v.to_bits() as i64))
+            .chain([i16::MIN as i64, -1, 0, 7, i16::MAX as i64].map(Datum::from))
+            .chain([i32::MIN as i64, -40_001, 39_999, i32::MAX as i64].map(Datum::from))
+            .chain([i64::MIN, i64::MAX].map(Datum::from))
+            .collect();
+        let mut compared = 0;
+        for (kind, _) in &rules {
+            for (rule_kind, rule) in &rules {
+                for &datum in &datums {
+                    let by_kind = place(rule.by_value_of(*kind, datum));
+                    if kind != rule_kind || *kind == ValueType::Numeric {
+                        assert!(by_kind.is_none(), "{kind:?} took a {rule_kind:?} rule");
+                        continue;
+                    }
+                    let expected = place(Some(rule.by_value(datum)));
+                    assert_eq!(by_kind, expected, "{kind:?}, datum {:#x}", datum.value());
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 4 * datums.len());
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
