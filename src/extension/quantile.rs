@@ -48,9 +48,8 @@ enum Located {
 }
 
 impl Locating {
-    /// The place of a non-NULL value of a by-value type. No PostgreSQL call, and no panic
-    /// on validated parameters ([`count_row_in_place`]), so that rows may be counted
-    /// outside pgrx's guard.
+    /// The place of a non-NULL value of a by-value type, or what the caller must do with it
+    /// (the guarded transition's `add_row`).
     #[inline(always)]
     fn by_value(&self, value: Datum) -> Located {
         match self {
@@ -62,11 +61,13 @@ impl Locating {
         }
     }
 
-    /// [`Locating::by_value`] in the transition of `kind` values, for a rule of that kind;
-    /// None for any other (the guarded transition then takes the row). `kind` is a
-    /// constant where this is inlined (each transition symbol is one value type's,
-    /// aggregates.sql), and a state's rule is its aggregate's kind: a row tests one tag
-    /// and takes its path, with no dispatch on the rule (issue 22).
+    /// [`Locating::by_value`] in the transition of `kind` values, for a rule of that
+    /// by-value kind; None for numeric values and for a rule of another kind (the guarded
+    /// transition then takes the row). `kind` is a constant where this is inlined (each
+    /// transition symbol is one aggregate's, [`value_kind`]), and a state's rule is its
+    /// aggregate's kind: a row tests one tag and takes its path, with no dispatch on the
+    /// rule (issue 22). No PostgreSQL call, and no panic on validated parameters
+    /// ([`count_row_in_place`]), so that rows may be counted outside pgrx's guard.
     #[inline(always)]
     fn by_value_of(&self, kind: ValueType, value: Datum) -> Option<Located> {
         Some(match (kind, self) {
@@ -270,7 +271,8 @@ struct SerializedQuantiles {
 /// row whose value is NULL, or of a by-value type and fits its histogram's pending cells
 /// (no allocation, no merge) or a dense histogram's counter without a carry. None: the
 /// guarded transition takes the row (a group's first row, a list that must grow or
-/// merge or a counter that reaches 256 (that row is located twice), numeric values). In
+/// merge or a counter that reaches 256 (that row is located twice), numeric values, a
+/// state whose rule is not of `kind`, which [`value_kind`] rules out). In
 /// the grouped dp_quantile of `make bench` the guard and the calls
 /// around it took 4-6 % of the query (issue 22).
 ///
@@ -310,13 +312,56 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo, kind: ValueType) 
     let counted = match quantiles.locating.by_value_of(kind, value.value) {
         Some(Located::Place(place)) => quantiles.counts.add_in_place(place),
         Some(Located::NotANumber) => true,
+        // None: numeric, or a rule of another kind (never met); by_value_of gives no
+        // Numeric.
         Some(Located::Numeric(_)) | None => false,
     };
     counted.then_some(state.value)
 }
 
-/// The transition functions, one C symbol per aggregate (`{key}_trans`, aggregates.sql):
-/// most rows in place, unguarded; the others through the guarded transition.
+/// The value type a quantile aggregate counts, at compile time: the kind its transition
+/// symbol locates by in place ([`count_row_in_place`]). Every form of the aggregate must
+/// count it, since a state's rule is made from its form's kind: otherwise each row would
+/// quietly take the guarded path.
+const fn value_kind(aggregate: &Aggregate) -> ValueType {
+    let Family::Quantile(kind) = aggregate.family else {
+        panic!("a quantile aggregate");
+    };
+    let mut i = 0;
+    while i < aggregate.forms.len() {
+        match aggregate.forms[i].family {
+            Family::Quantile(form_kind) if form_kind as u8 == kind as u8 => {}
+            _ => panic!("every form of a quantile aggregate counts its value type"),
+        }
+        i += 1;
+    }
+    kind
+}
+
+/// Whether `symbol` is `{key}_trans`, the transition function aggregates.sql names.
+const fn is_transition_of(symbol: &str, key: &str) -> bool {
+    let (symbol, key, suffix) = (symbol.as_bytes(), key.as_bytes(), b"_trans");
+    if symbol.len() != key.len() + suffix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < symbol.len() {
+        let expected = if i < key.len() {
+            key[i]
+        } else {
+            suffix[i - key.len()]
+        };
+        if symbol[i] != expected {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The transition functions, one C symbol per aggregate (`{key}_trans`, aggregates.sql,
+/// checked at compile time): most rows in place, unguarded; the others through the
+/// guarded transition.
 macro_rules! quantile_transitions {
     ($($function:ident, $record:ident, $aggregate:ident;)*) => {$(
         crate::version_1_function_record!($record);
@@ -324,11 +369,8 @@ macro_rules! quantile_transitions {
         /// A transition function of the quantile aggregates.
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $function(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
-            // The aggregate's value type, at compile time (forms.rs describes it).
-            const KIND: ValueType = match $aggregate.family {
-                Family::Quantile(kind) => kind,
-                _ => panic!("a quantile aggregate"),
-            };
+            const _: () = assert!(is_transition_of(stringify!($function), $aggregate.key));
+            const KIND: ValueType = value_kind(&$aggregate);
             // SAFETY: PostgreSQL calls it as the transition function of this aggregate.
             if let Some(state) = unsafe { count_row_in_place(fcinfo, KIND) } {
                 return state;
