@@ -1147,8 +1147,9 @@ mod tests {
     fn quantiles_of_integers_in_a_parallel_plan() {
         integer_table();
         force_parallel_plans();
-        // dp_quantile over each type, and one alpha through dp_quantiles (recursive: one
-        // level at the whole ε), follow dp_quantile's law in a parallel plan.
+        // dp_quantile over each type, and one alpha through dp_quantiles over bigint and
+        // smallint (recursive: one level at the whole ε), follow dp_quantile's law in a
+        // parallel plan.
         let t = temperature(0.8, 2.0);
         let exact = quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, true);
         let off_by_one = quantile_distribution(&INTEGER_CELLS, 10, 0.8, t, false);
@@ -1156,6 +1157,7 @@ mod tests {
             "dp_quantile(s, 0.8, 0, 95, 2.0)",
             "dp_quantile(i, 0.8, 0, 95, 2.0)",
             "(dp_quantiles(b, '{0.8}', 0, 95, 2.0))[1]",
+            "(dp_quantiles(s, '{0.8}', 0, 95, 2.0))[1]",
         ] {
             let query = format!("SELECT {call} FROM integer_draws GROUP BY g");
             assert_parallel(&query);
