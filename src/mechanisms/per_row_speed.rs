@@ -7,9 +7,10 @@
 //!
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
 //! and integer values in one group, and in 10,000 groups of 1,000 values and of 200 (rows
-//! arriving round-robin, as `i % 10000` groups do in `make bench`), then the cost per group
-//! of a merge (a parallel plan's combine) and of a draw (over 1,000 values and over 200,
-//! with what the latter reads: its listing, its runs, its words of ChaCha20).
+//! arriving round-robin, as `i % 10000` groups do in `make bench`) and in 9,000 groups of
+//! 1,100 (counted and listed), then the cost per group of a merge (a parallel plan's
+//! combine) and of a draw (over 1,000 values and over 200, with what the latter reads:
+//! its listing, its runs, its words of ChaCha20).
 //! `argmax_per_row_speed` does the same for dp_argmax's hash and score table.
 
 use super::quantile::{
@@ -102,6 +103,17 @@ fn per_row_speed() {
         }
         black_box(groups.len());
     });
+    // Groups of 1,100 float values, past the 1,024 pending cells at which repeated
+    // values merge (distinct ones wait pending, SparseCells), counted and listed.
+    let (past_merge, past_merge_groups) = (9_000 * 1_100, 9_000);
+    let float_past_merge = median_ns(past_merge, || {
+        let mut groups: Vec<GridCounts> =
+            (0..past_merge_groups).map(|_| GridCounts::new(K)).collect();
+        for (i, &value) in floats[..past_merge].iter().enumerate() {
+            count_row(&mut groups[i % past_merge_groups], locator.locate(value));
+        }
+        (groups.iter()).for_each(|counts| drop(black_box(counts.sparse_occupied())));
+    });
     // A draw and a merge per group of 1,000 float values; a draw per group of 200.
     let groups_of = |values: &[f64]| {
         let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
@@ -171,6 +183,9 @@ fn per_row_speed() {
     println!("  float, {GROUPS} groups:       {float_grouped:6.1} ns/row");
     println!("  float, {GROUPS} groups of 200: {float_grouped_small:5.1} ns/row");
     println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
+    println!(
+        "  float, {past_merge_groups} groups of 1,100, counted and listed: {float_past_merge:5.1} ns/row"
+    );
     println!("  draw, a group of 1,000:      {:6.1} µs", draw / 1e3);
     println!(
         "    of which listing its places: {:6.1} µs (near the crossing)",

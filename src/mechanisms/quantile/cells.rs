@@ -10,11 +10,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// The cells of a group with few distinct values: run-length counts sorted by cell, and
 /// the cells added since they were last merged in. Adding a value is a push; when the
 /// pending cells are twice as many as the sorted ones (at least 1,024) they are sorted
-/// and merged in, so a value is merged about log₃(n/1,024) times (a group of 1,000
-/// values never, until its final function sorts them once) and the memory is 8 bytes
-/// per occupied cell plus 4 per pending value, at most 4 KiB more than the sorted
-/// counts (a hash table would take 2-4 times that, rounded up by palloc to powers of
-/// two).
+/// and merged in, unless at least half of them are distinct
+/// ([`SparseCells::merge_unless_distinct`]), so a value is merged about log₃(n/1,024)
+/// times (a group of 1,000 values never, until its final function sorts them once) and
+/// the memory is 8 bytes per occupied cell plus 4 per pending value, the pending ones at
+/// most twice the sorted ones or 16,384 (a hash table would take 2-4 times that, rounded
+/// up by palloc to powers of two).
 #[derive(Debug, Clone)]
 #[repr(C)] // what a row touches first, next to its histogram's total (issue 22)
 pub(super) struct SparseCells<A: Allocator + Clone> {
@@ -23,6 +24,17 @@ pub(super) struct SparseCells<A: Allocator + Clone> {
     /// PENDING (kept here so that a row need not read `sorted`).
     pub(super) merge_at: usize,
     pub(super) sorted: AllocVec<(u32, u32), A>,
+}
+
+/// The bits of a 4,096-bit map that `cells` set, one each at a hash of the cell: at most
+/// their number of distinct cells.
+pub(super) fn bits_set(cells: &[u32]) -> usize {
+    let mut bits = [0u64; 64];
+    for &cell in cells {
+        let bit = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+        bits[bit / 64] |= 1 << (bit % 64);
+    }
+    bits.iter().map(|word| word.count_ones() as usize).sum()
 }
 
 /// Sorts cells: by radix (at most 8 bits a pass, as many passes as the largest cell
@@ -51,22 +63,43 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// Pending cells that trigger a merge: 4 KiB of them at least.
     pub(super) const PENDING: usize = 1 << 10;
 
-    /// Adds a cell; Ok(true) when the pending cells were merged in.
+    /// Adds a cell to a histogram of `grid_size`; Ok(true) when the pending cells were
+    /// merged in.
     #[inline]
-    pub(super) fn push(&mut self, cell: u32) -> Result<bool, CountOverflow> {
+    pub(super) fn push(&mut self, cell: u32, grid_size: u32) -> Result<bool, CountOverflow> {
         self.pending.push(cell);
         if self.pending.len() < self.merge_at {
             return Ok(false);
         }
-        self.compact()?;
-        Ok(true)
+        self.merge_unless_distinct(grid_size)
     }
 
     /// Adds cells in bulk (another state's pending cells, in the order they came): as
     /// many pushes, one copy. Ok(true) when the pending cells were merged in.
-    pub(super) fn extend(&mut self, cells: &[u32]) -> Result<bool, CountOverflow> {
+    pub(super) fn extend(&mut self, cells: &[u32], grid_size: u32) -> Result<bool, CountOverflow> {
         self.pending.extend_from_slice(cells);
         if self.pending.len() < self.merge_at {
+            return Ok(false);
+        }
+        self.merge_unless_distinct(grid_size)
+    }
+
+    /// At `merge_at` pending cells: merges them in (Ok(true)), unless at least half of
+    /// them are distinct, as a 4,096-bit map's bits say ([`bits_set`], a lower bound):
+    /// then their counts, 8 bytes a cell, would take no less than the 4 bytes a value they
+    /// take pending, so they wait until they are twice as many (Ok(false)). A column of
+    /// distinct values (floats) merged its first 1,024 values into twice their memory and
+    /// sorted them again in its final function (issue 22: a fifth of the groups of 1,000
+    /// values a group); now a group of fewer than 8,192 distinct values merges none. The
+    /// map's 4,096 bits let no more than 8,192 cells wait on (so at most 16,384 are
+    /// pending), nor more than the sorted cells at which a histogram of `grid_size` goes
+    /// dense (twice as many pending cells take their memory, Histogram::densify_if).
+    #[cold]
+    fn merge_unless_distinct(&mut self, grid_size: u32) -> Result<bool, CountOverflow> {
+        let waiting = self.pending.len();
+        let within_sparse_memory = waiting as u64 <= (grid_size as u64 + 1) / 16;
+        if within_sparse_memory && 2 * bits_set(&self.pending) >= waiting {
+            self.merge_at = 2 * waiting;
             return Ok(false);
         }
         self.compact()?;

@@ -21,17 +21,6 @@ pub struct Histogram<A: Allocator + Clone = Global> {
 /// distinct cells (1 KiB of them).
 const RAW_PENDING: usize = 256;
 
-/// The bits of a 4,096-bit map that `cells` set, one each at a hash of the cell: at most
-/// their number of distinct cells.
-pub(super) fn bits_set(cells: &[u32]) -> usize {
-    let mut bits = [0u64; 64];
-    for &cell in cells {
-        let bit = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-        bits[bit / 64] |= 1 << (bit % 64);
-    }
-    bits.iter().map(|word| word.count_ones() as usize).sum()
-}
-
 impl Histogram<Global> {
     pub fn new(grid_size: u32) -> Self {
         Self::new_in(grid_size, Global)
@@ -54,7 +43,7 @@ impl<A: Allocator + Clone> Histogram<A> {
         self.total += 1;
         match &mut self.cells {
             Cells::Dense(dense) => dense.push(cell),
-            Cells::Sparse(sparse) => match sparse.push(cell) {
+            Cells::Sparse(sparse) => match sparse.push(cell, self.grid_size) {
                 Ok(false) => {}
                 merged => self.densify_if(merged),
             },
@@ -92,7 +81,7 @@ impl<A: Allocator + Clone> Histogram<A> {
         self.total += cells.len() as u64;
         match &mut self.cells {
             Cells::Dense(dense) => cells.iter().for_each(|&cell| dense.push(cell)),
-            Cells::Sparse(sparse) => match sparse.extend(cells) {
+            Cells::Sparse(sparse) => match sparse.extend(cells, self.grid_size) {
                 Ok(false) => {}
                 merged => self.densify_if(merged),
             },

@@ -723,6 +723,68 @@ fn sparse_histograms_travel_in_their_smaller_form() {
     assert_eq!(copy.total(), 4);
 }
 
+/// Distinct cells wait pending (4 bytes a value) rather than merge into sorted counts (8
+/// bytes a cell) until a 4,096-bit map can no longer show half of them distinct; repeated
+/// cells merge at 1,024 as before; on a grid whose dense form is small, distinct cells
+/// merge at 1,024 and go dense as before. Every way counts exactly.
+#[test]
+fn distinct_cells_wait_pending_and_repeated_cells_merge() {
+    let sparse = |histogram: &Histogram| match &histogram.cells {
+        Cells::Sparse(sparse) => (sparse.sorted.len(), sparse.pending.len()),
+        Cells::Dense(_) => panic!("dense"),
+    };
+    let mut rng = ChaCha20Rng::seed_from_u64(8_192);
+    let mut distinct = std::collections::BTreeSet::new();
+    while distinct.len() < 20_000 {
+        distinct.insert(rng.random_range(0..=DEFAULT_GRID_SIZE));
+    }
+    let mut distinct: Vec<u32> = distinct.into_iter().collect();
+    rand::seq::SliceRandom::shuffle(&mut distinct[..], &mut rng); // no order by cell
+
+    let mut histogram = Histogram::new(DEFAULT_GRID_SIZE);
+    for (n, &cell) in distinct.iter().enumerate() {
+        histogram.add(cell);
+        match n + 1 {
+            // A group of 1,100 floats: 8 KiB of pending cells, where 1,024 of them merged
+            // into 8 KiB of counts beside 4 KiB of pending room.
+            1_100 => assert!(histogram.allocated_bytes() <= 2_048 * 4),
+            8_191 => assert_eq!(sparse(&histogram), (0, 8_191)),
+            8_192 => assert_eq!(sparse(&histogram), (8_192, 0), "merged at last"),
+            _ => {}
+        }
+    }
+    let mut expected: Vec<(u32, u64)> = distinct.iter().map(|&cell| (cell, 1)).collect();
+    expected.sort_unstable();
+    assert_eq!(histogram.occupied(), expected);
+    assert_eq!(histogram.total(), 20_000);
+
+    // 40 cells repeated: merged at 1,024 values into 40 counts.
+    let mut repeated = Histogram::new(DEFAULT_GRID_SIZE);
+    for i in 0..1_500u32 {
+        repeated.add(distinct[(i % 40) as usize]);
+    }
+    assert_eq!(sparse(&repeated), (40, 1_500 - 1_024));
+    assert_eq!(repeated.occupied().len(), 40);
+
+    // 2^12 + 1 grid points: 1,024 distinct cells are more than its sparse form holds
+    // (a sixteenth of the grid), so they merge and go dense.
+    let small_grid = 1 << 12;
+    let mut small = Histogram::new(small_grid);
+    for (n, cell) in (0..small_grid).map(|j| j * 2_009 % small_grid).enumerate() {
+        small.add(cell);
+        assert_eq!(
+            matches!(small.cells, Cells::Sparse(_)),
+            n + 1 < 1_024,
+            "{} values",
+            n + 1
+        );
+    }
+    assert_eq!(
+        small.occupied(),
+        (0..small_grid).map(|j| (j, 1)).collect::<Vec<_>>()
+    );
+}
+
 /// The bitmap that spares a float column's bytes a sort: each distinct cell sets at most
 /// one bit (so a count of them never overstates), and 333 distinct cells set nearly 333.
 #[test]
