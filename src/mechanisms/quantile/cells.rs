@@ -13,15 +13,16 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// and merged in, unless at least half of them are distinct
 /// ([`SparseCells::merge_unless_distinct`]), so a value is merged about log₃(n/1,024)
 /// times (a group of 1,000 values never, until its final function sorts them once) and
-/// the memory is 8 bytes per occupied cell plus 4 per pending value, the pending ones at
-/// most twice the sorted ones or 16,384 (a hash table would take 2-4 times that, rounded
-/// up by palloc to powers of two).
+/// the memory is 8 bytes per occupied cell plus 4 per pending value, the pending ones
+/// fewer than twice the sorted ones, 1,024 or (after a wait) 16,384 (a hash table would
+/// take 2-4 times that, rounded up by palloc to powers of two).
 #[derive(Debug, Clone)]
 #[repr(C)] // what a row touches first, next to its histogram's total (issue 22)
 pub(super) struct SparseCells<A: Allocator + Clone> {
     pub(super) pending: AllocVec<u32, A>,
-    /// The number of pending cells that triggers a merge: twice the sorted ones, at least
-    /// PENDING (kept here so that a row need not read `sorted`).
+    /// The number of pending cells that triggers a merge (or a wait): twice the sorted
+    /// ones, at least PENDING, or twice the cells that waited (kept here so that a row
+    /// need not read `sorted`).
     pub(super) merge_at: usize,
     pub(super) sorted: AllocVec<(u32, u32), A>,
 }
@@ -89,11 +90,15 @@ impl<A: Allocator + Clone> SparseCells<A> {
     /// then their counts, 8 bytes a cell, would take no less than the 4 bytes a value they
     /// take pending, so they wait until they are twice as many (Ok(false)). A column of
     /// distinct values (floats) merged its first 1,024 values into twice their memory and
-    /// sorted them again in its final function (issue 22: a fifth of the groups of 1,000
-    /// values a group); now a group of fewer than 8,192 distinct values merges none. The
-    /// map's 4,096 bits let no more than 8,192 cells wait on (so at most 16,384 are
-    /// pending), nor more than the sorted cells at which a histogram of `grid_size` goes
-    /// dense (twice as many pending cells take their memory, Histogram::densify_if).
+    /// sorted them again in its final function (issue 22); now, on a grid of 2^16 points
+    /// or more, a group of fewer than 8,192 values in distinct cells (a float column's)
+    /// merges none, unless its cells' order defeats the map's hash (the pending room a wait grew is kept after the merge that ends it, so a group just
+    /// past that merge can hold up to about twice what it held before, within the sparse
+    /// limit). The map's 4,096 bits let no more than 8,192 cells wait on (so a wait leaves
+    /// at most 16,384 to come), nor more than the sorted cells at which a histogram of
+    /// `grid_size` goes dense (twice as many pending cells take their memory,
+    /// Histogram::densify_if). Only where the counts are kept depends on it, never what
+    /// they are.
     #[cold]
     fn merge_unless_distinct(&mut self, grid_size: u32) -> Result<bool, CountOverflow> {
         let waiting = self.pending.len();

@@ -65,7 +65,8 @@ impl<A: Allocator + Clone> Histogram<A> {
             }
         };
         let length = sparse.pending.len();
-        // One short of merge_at: the push that reaches it merges (SparseCells::push).
+        // One short of merge_at: the push that reaches it merges or waits
+        // (SparseCells::push).
         if length + 1 >= sparse.merge_at || length == sparse.pending.capacity() {
             return false;
         }
@@ -471,7 +472,8 @@ impl<A: Allocator + Clone> GridCounts<A> {
         sort_cells(&mut pending);
         let mut listed = Vec::with_capacity(pending.len());
         if at.sorted.is_empty() && between.sorted.is_empty() {
-            // A group of at most PENDING values (most groups): its pending cells are all.
+            // No merge yet (a group of at most PENDING values, or of distinct cells that
+            // waited): its pending cells are all.
             for &half_cell in &pending {
                 match listed.last_mut() {
                     Some((last, count)) if *last == half_cell as u64 => *count += 1,

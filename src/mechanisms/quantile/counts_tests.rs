@@ -119,6 +119,70 @@ fn counting_in_place_is_counting_where_no_allocation_is_needed() {
     }
 }
 
+/// The sorted counts of each histogram, while sparse.
+fn sorted_lengths(counts: &GridCounts) -> Vec<Option<usize>> {
+    [&counts.at, &counts.between]
+        .iter()
+        .map(|histogram| match &histogram.cells {
+            Cells::Sparse(sparse) => Some(sparse.sorted.len()),
+            Cells::Dense(_) => None,
+        })
+        .collect()
+}
+
+/// Distinct cells that wait pending (the default grid) count in place exactly as by
+/// `add`, and still wait, with the same counts, after a parallel plan's combine (which
+/// appends another state's pending cells) and after the bytes a partial state travels
+/// in; the listing a draw takes has every value.
+#[test]
+fn waiting_cells_count_combine_and_travel_exactly() {
+    let mut rng = ChaCha20Rng::seed_from_u64(8_192);
+    let grid_size = DEFAULT_GRID_SIZE;
+    let places: Vec<Place> = (0..6_000)
+        .map(|_| match rng.random_bool(0.1) {
+            true => Place::At(rng.random_range(0..=grid_size)),
+            false => Place::Between(rng.random_range(0..grid_size)),
+        })
+        .collect();
+    let (mut by_add, mut in_place) = (GridCounts::new(grid_size), GridCounts::new(grid_size));
+    for &place in &places[..3_000] {
+        by_add.add(place);
+        if !in_place.add_in_place(place) {
+            in_place.add(place);
+        }
+    }
+    assert_eq!(contents(&in_place), contents(&by_add));
+    assert_eq!(pending_shape(&in_place), pending_shape(&by_add));
+    // About 2,700 values between points waited at 1,024 and at 2,048 cells.
+    assert_eq!(sorted_lengths(&in_place), [Some(0), Some(0)]);
+    assert_eq!(
+        pending_shape(&in_place)[1].map(|shape| shape.2),
+        Some(4_096)
+    );
+
+    let mut other = GridCounts::new(grid_size);
+    let mut all = by_add.clone();
+    for &place in &places[3_000..] {
+        other.add(place);
+        all.add(place);
+    }
+    let mut combined = in_place.clone();
+    combined.merge(&other);
+    assert_eq!(contents(&combined), contents(&all));
+    // About 5,400 between points, appended past the merge point, wait on.
+    assert_eq!(sorted_lengths(&combined), [Some(0), Some(0)]);
+    let copy = GridCounts::from_bytes(grid_size, &combined.to_bytes(), Global);
+    assert_eq!(contents(&copy), contents(&all));
+    assert_eq!(sorted_lengths(&copy), [Some(0), Some(0)]);
+
+    let mut expected = std::collections::BTreeMap::new();
+    for place in &places {
+        *expected.entry(place.half_cell()).or_insert(0u64) += 1;
+    }
+    let expected: Vec<(u64, u64)> = expected.into_iter().collect();
+    assert_eq!(combined.sparse_occupied(), Some(expected));
+}
+
 /// An allocator the size of the extension's (a memory context pointer), so that the
 /// counts are laid out as the extension's are.
 #[derive(Clone)]

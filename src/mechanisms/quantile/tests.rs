@@ -758,13 +758,58 @@ fn distinct_cells_wait_pending_and_repeated_cells_merge() {
     assert_eq!(histogram.occupied(), expected);
     assert_eq!(histogram.total(), 20_000);
 
-    // 40 cells repeated: merged at 1,024 values into 40 counts.
+    // 40 cells repeated: merged at 1,024 values into 40 counts. Distinct cells after
+    // them wait beside those counts.
     let mut repeated = Histogram::new(DEFAULT_GRID_SIZE);
     for i in 0..1_500u32 {
         repeated.add(distinct[(i % 40) as usize]);
     }
     assert_eq!(sparse(&repeated), (40, 1_500 - 1_024));
     assert_eq!(repeated.occupied().len(), 40);
+    for &cell in &distinct[40..2_040] {
+        repeated.add(cell);
+    }
+    assert_eq!(sparse(&repeated), (40, 476 + 2_000));
+    // (1,500 values round 40 cells: the first 20 take 38, the others 37.)
+    let mut expected: Vec<(u32, u64)> = (distinct[..2_040].iter())
+        .enumerate()
+        .map(|(i, &cell)| (cell, if i < 40 { 37 + (i < 20) as u64 } else { 1 }))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(repeated.occupied(), expected);
+
+    // Exactly half of 1,024 cells distinct (512 cells, each twice, whose bits differ):
+    // their counts would take the 4 KiB they take pending, so they wait.
+    let mut apart: Vec<u32> = Vec::new();
+    for cell in 0.. {
+        apart.push(cell);
+        if bits_set(&apart) < apart.len() {
+            apart.pop();
+        }
+        if apart.len() == 512 {
+            break;
+        }
+    }
+    let mut half = Histogram::new(DEFAULT_GRID_SIZE);
+    for &cell in apart.iter().chain(&apart) {
+        half.add(cell);
+    }
+    assert_eq!(sparse(&half), (0, 1_024));
+
+    // A grid of 2^14 points holds 1,024 sorted cells sparse at most: 1,024 distinct cells
+    // wait there (2,048 pending ones take their memory), and on a grid one point smaller
+    // they merge and go dense.
+    for (grid_size, waits) in [((1 << 14) - 1, true), ((1 << 14) - 2, false)] {
+        let mut edge = Histogram::new(grid_size);
+        for j in 0..1_024 {
+            edge.add(j * 13 % grid_size);
+        }
+        match waits {
+            true => assert_eq!(sparse(&edge), (0, 1_024)),
+            false => assert!(matches!(edge.cells, Cells::Dense(_))),
+        }
+        assert_eq!(edge.occupied().len(), 1_024);
+    }
 
     // 2^12 + 1 grid points: 1,024 distinct cells are more than its sparse form holds
     // (a sixteenth of the grid), so they merge and go dense.
