@@ -27,6 +27,15 @@ pub enum Error {
     /// The item type has no default hash operator class.
     #[error("could not identify a hash function for type {type_name}: items must have a default hash operator class")]
     NoHashFunction { type_name: String },
+    /// A released value's type spells equal values in more than one way (spellings.rs).
+    #[error("{values} of type {type_name}{collation} {refusal}: values that compare equal can be spelled differently, and the answer would show a row's spelling; {remedy}")]
+    SeveralSpellings {
+        values: &'static str,
+        type_name: String,
+        collation: String,
+        refusal: &'static str,
+        remedy: &'static str,
+    },
     /// A support function was called outside an aggregate.
     #[error("{function} can only be called as part of an aggregate")]
     NotInAggregate { function: &'static str },
@@ -134,10 +143,12 @@ impl Error {
             | Error::InvalidLabel { .. } => "22023",
             // undefined_function, as PostgreSQL's own "could not identify a hash function"
             Error::NoHashFunction { .. } => "42883",
-            // feature_not_supported: a support function called outside an aggregate, or a
+            // feature_not_supported: a support function called outside an aggregate, a
             // DP aggregate finalized in a plan node the executor hook could not meter
-            // (refused, fails closed)
+            // (refused, fails closed), or a released type spelling equal values in
+            // several ways (as PostgreSQL's own refusals of nondeterministic collations)
             Error::NotInAggregate { .. }
+            | Error::SeveralSpellings { .. }
             | Error::NotMetered { .. }
             | Error::UnitNotFollowed { .. }
             | Error::OpaqueFunction { .. }

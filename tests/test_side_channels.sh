@@ -177,4 +177,28 @@ assert_eq "$(sql -c "SELECT round(($(spent) - $before)::numeric, 6)")" "0.300000
 echo "5. budgets name real roles"
 out="$(sql -v VERBOSITY=verbose -c "SELECT dp_budget_set(0::regrole, 1)" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "42704: role with OID 0 does not exist" "role oid 0"
+echo "6. an answer does not show which spelling of a value a row holds"
+sql <<'SQL'
+CREATE COLLATION ignore_case (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE codes(code numeric, tag text COLLATE ignore_case);
+-- One person spells the popular code and tag their own way, and comes first.
+INSERT INTO codes VALUES (1.00, 'PRICING');
+INSERT INTO codes SELECT 1.0, 'pricing' FROM generate_series(1, 300);
+INSERT INTO codes SELECT 2, 'docs' FROM generate_series(1, 50);
+CREATE VIEW v_top_codes WITH (security_barrier) AS
+  SELECT dp_top_k_unknown_domain(code, 1, 1, 1, 1e-6) AS top FROM codes;
+CREATE VIEW v_code_groups WITH (security_barrier) AS
+  SELECT code FROM codes GROUP BY code HAVING dp_partition(1, 1e-6);
+CREATE VIEW v_top_tag WITH (security_barrier) AS SELECT dp_argmax(tag, 1, 1) AS tag FROM codes;
+GRANT SELECT ON v_top_codes, v_code_groups, v_top_tag TO analyst;
+SQL
+answers="$(for i in $(seq 20); do analyst -c "SELECT top FROM v_top_codes"; done | sort | uniq -c | awk '{print $2}' | tr '\n' ' ')"
+assert_eq "$answers" "{1} " "the popular code, spelled canonically (it was the first row's 1.00)"
+before="$(spent)"
+several="values that compare equal can be spelled differently, and the answer would show a row's spelling"
+out="$(analyst -c "SELECT * FROM v_code_groups" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "0A000: group keys of type numeric cannot be selected by dp_partition: $several; group by a cast to text (each spelling then its own group)" "numeric group keys"
+out="$(analyst -c "SELECT * FROM v_top_tag" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "0A000: items of type text under the nondeterministic collation \"ignore_case\" cannot be answered without candidates: $several; cast the items to text (each spelling then its own item), or list the candidates (answered as listed)" "case-insensitive items"
+assert_eq "$(spent)" "$before" "a refused statement is not charged"
 echo "side channels: ok"

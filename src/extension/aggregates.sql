@@ -18,7 +18,7 @@ CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon doub
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision) IS
-'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
+'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score numeric, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
@@ -31,7 +31,7 @@ CREATE AGGREGATE dp_argmax(item anyelement, score numeric, epsilon double precis
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_argmax(anyelement, numeric, double precision) IS
-'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'Differentially private most common item: item i with probability proportional to exp(epsilon * count(i)). Each row adds clamp(score, 0, 1) to its item. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score double precision, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
@@ -44,7 +44,7 @@ CREATE AGGREGATE dp_argmax(item anyelement, score double precision, epsilon doub
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_argmax(anyelement, double precision, double precision, double precision) IS
-'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row.';
+'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score numeric, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
@@ -57,7 +57,7 @@ CREATE AGGREGATE dp_argmax(item anyelement, score numeric, epsilon double precis
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_argmax(anyelement, numeric, double precision, double precision) IS
-'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'Differentially private argmax: item i with probability proportional to exp(epsilon * S(i) / max_score), S(i) = sum of clamp(score, 0, max_score) over the rows of i. epsilon-DP for one row added or removed; the set of items that can win comes from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_argmax_trans(state internal, item anyelement, score double precision, epsilon double precision, max_score double precision, candidates anyarray)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_argmax_trans' LANGUAGE C PARALLEL SAFE;
@@ -96,7 +96,7 @@ CREATE AGGREGATE dp_top_k(item anyelement, score double precision, k integer, ep
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, double precision, integer, double precision) IS
-'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.';
+'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
@@ -109,7 +109,7 @@ CREATE AGGREGATE dp_top_k(item anyelement, score numeric, k integer, epsilon dou
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, numeric, integer, double precision) IS
-'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'Differentially private top k by count: the k items with the largest count(i) + Gumbel noise at temperature k/epsilon, best first (one-shot top-k, equal in distribution to k exponential mechanisms at epsilon/k each). The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
@@ -122,7 +122,7 @@ CREATE AGGREGATE dp_top_k(item anyelement, score double precision, k integer, ep
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, double precision, integer, double precision, double precision) IS
-'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row.';
+'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
@@ -135,7 +135,7 @@ CREATE AGGREGATE dp_top_k(item anyelement, score numeric, k integer, epsilon dou
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k(anyelement, numeric, integer, double precision, double precision) IS
-'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'Differentially private top k: scores S(i) = sum of clamp(score, 0, max_score), Gumbel noise at temperature k*max_score/epsilon added once, the k best returned best first. The whole list is epsilon-DP for one row added or removed; the items come from the data (use the candidates form when items are private). NULL when no row. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, max_score double precision, candidates anyarray)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_trans' LANGUAGE C PARALLEL SAFE;
@@ -174,7 +174,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision) IS
-'(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta.';
+'(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -187,7 +187,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integ
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision) IS
-'(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'(epsilon, delta)-DP top k by count when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019): the true top k compete with a threshold above the (k+1)-th count; items come out in noisy order until k are out or the threshold comes first. An item with a single row is returned with probability below delta. Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -200,7 +200,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision, double precision) IS
-'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k).';
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k). Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -213,7 +213,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integ
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision, double precision) IS
-'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k). A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private (limited-domain mechanism of Durfee and Rogers 2019, k_bar = k). Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score double precision, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -226,7 +226,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score double precision
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, double precision, integer, double precision, double precision, double precision, integer) IS
-'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019).';
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019). Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.';
 
 CREATE FUNCTION dp_top_k_unknown_domain_trans(state internal, item anyelement, score numeric, k integer, epsilon double precision, delta double precision, max_score double precision, k_bar integer)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_top_k_unknown_domain_trans' LANGUAGE C PARALLEL SAFE;
@@ -239,7 +239,7 @@ CREATE AGGREGATE dp_top_k_unknown_domain(item anyelement, score numeric, k integ
     SERIALFUNC = dp_item_scores_serialize, DESERIALFUNC = dp_item_scores_deserialize,
     PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_top_k_unknown_domain(anyelement, numeric, integer, double precision, double precision, double precision, integer) IS
-'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019). A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
+'(epsilon, delta)-DP top k of S(i) = sum of clamp(score, 0, max_score) when the items themselves are private; the top k_bar items (k_bar >= k) compete with a threshold above the (k_bar+1)-th score (limited-domain mechanism of Durfee and Rogers 2019). Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text. A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).';
 
 CREATE FUNCTION dp_quantile_trans(state internal, value double precision, alpha double precision, lo double precision, hi double precision, epsilon double precision)
     RETURNS internal AS 'MODULE_PATHNAME', 'dp_quantile_trans' LANGUAGE C PARALLEL SAFE;
@@ -358,4 +358,4 @@ CREATE AGGREGATE dp_partition(epsilon double precision, delta double precision) 
     FINALFUNC = dp_partition_final, FINALFUNC_EXTRA,
     COMBINEFUNC = pg_catalog.int8pl, PARALLEL = SAFE);
 COMMENT ON AGGREGATE dp_partition(double precision, double precision) IS
-'Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups.';
+'Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups. Group keys must spell each value one way (integers, dates, timestamps, uuid, enums, text under a deterministic collation; not numeric, floats, interval, arrays): PostgreSQL answers a group''s key as its first row spells it.';

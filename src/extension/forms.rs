@@ -404,10 +404,15 @@ pub const DP_QUANTILES_NUMERIC: Aggregate = Aggregate {
 #[cfg(test)]
 const NUMERIC_SCORES_COMMENT: &str = " A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).";
 
+/// The answers of the forms without candidates are the rows' items: what their spelling
+/// may show (spellings.rs).
+#[cfg(test)]
+const SPELLINGS_COMMENT: &str = " Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.";
+
 const PARTITION: Form = Form::new(
     Family::Partition,
     &[Epsilon, Delta],
-    "Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups.",
+    "Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups. Group keys must spell each value one way (integers, dates, timestamps, uuid, enums, text under a deterministic collation; not numeric, floats, interval, arrays): PostgreSQL answers a group's key as its first row spells it.",
 );
 
 pub const DP_ARGMAX: Aggregate = Aggregate {
@@ -515,11 +520,13 @@ pub fn sql() -> String {
                 "anyelement, double precision",
                 "anyelement, numeric",
             );
-            let comment = if numeric_scores {
-                format!("{}{NUMERIC_SCORES_COMMENT}", form.comment)
-            } else {
-                form.comment.to_string()
-            };
+            let mut comment = form.comment.to_string();
+            if aggregate.family == Family::Selection && form.positions.candidates.is_none() {
+                comment.push_str(SPELLINGS_COMMENT);
+            }
+            if numeric_scores {
+                comment.push_str(NUMERIC_SCORES_COMMENT);
+            }
             if aggregate.family == Family::Partition {
                 // The state is PostgreSQL's own row count (regr_count's transition
                 // function, strict in epsilon and delta, which the plan checks first).

@@ -10,6 +10,7 @@ use super::guc;
 use super::items::{ItemType, StoredItem};
 use super::memory::ContextAllocator;
 use super::serialization::{to_cbor, Bytes};
+use super::spellings::{item_spellings, Spelling};
 use super::OrRaise;
 use crate::error::Error;
 use crate::mechanisms::rng::Seeding;
@@ -343,12 +344,18 @@ impl State for ItemScores {
 
     unsafe fn first(
         fcinfo: pg_sys::FunctionCallInfo,
-        _form: &Form,
+        form: &Form,
         arguments: &RowArguments,
         memory: MemoryContext,
     ) -> Result<Option<Self>, Error> {
         // SAFETY: a selection transition or final function's call info.
         let item_type = unsafe { call_item_type(fcinfo) };
+        // Without candidates the answer is a row's item: its spelling must not be a row's
+        // choice (spellings.rs). Checked here too, for a plan the executor hook did not
+        // meter (metering.rs checks every plan before its rows).
+        if form.positions.candidates.is_none() && item_type.spelling == Spelling::Several {
+            return Err(item_spellings(item_type.type_oid, item_type.collation));
+        }
         let selection = arguments.selection.validate()?;
         if let Candidates::Unknown = arguments.candidates {
             return Ok(None);

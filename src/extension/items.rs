@@ -6,6 +6,7 @@
 //! equality is plain bit or byte equality, the comparison and the hash run in Rust, with
 //! no function-manager call per row (the hot path of every selection aggregate).
 
+use super::spellings::{is_deterministic, spelling, Spelling, EQUAL_BITS};
 use crate::error::Error;
 use pgrx::pg_sys::{self, Datum, Oid};
 use std::ffi::{c_char, CStr};
@@ -133,15 +134,6 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-fn collation_is_deterministic(collation: Oid) -> bool {
-    collation == pg_sys::DEFAULT_COLLATION_OID
-        || collation == pg_sys::C_COLLATION_OID
-        || (collation != pg_sys::InvalidOid
-            // SAFETY: a catalog lookup of the aggregate's input collation; an unknown
-            // oid raises an ERROR, never undefined behaviour.
-            && unsafe { pg_sys::get_collation_isdeterministic(collation) })
-}
-
 /// How to hash, compare, copy and serialize the items of one type.
 #[derive(Clone, Copy)]
 pub struct ItemType {
@@ -151,6 +143,9 @@ pub struct ItemType {
     by_value: bool,
     alignment: c_char,
     comparison: Comparison,
+    /// How its equal items are spelled: an answer is spelled canonically where it can be
+    /// (spellings.rs).
+    pub spelling: Spelling,
     /// Owned by the type cache, which lives as long as the backend.
     hash: *mut pg_sys::FmgrInfo,
     equal: *mut pg_sys::FmgrInfo,
@@ -182,22 +177,13 @@ impl ItemType {
             }
             let length = (*entry).typlen;
             let comparison = match type_oid {
-                pg_sys::INT2OID
-                | pg_sys::INT4OID
-                | pg_sys::INT8OID
-                | pg_sys::OIDOID
-                | pg_sys::DATEOID
-                | pg_sys::TIMEOID
-                | pg_sys::TIMESTAMPOID
-                | pg_sys::TIMESTAMPTZOID
-                | pg_sys::BOOLOID
-                | pg_sys::CHAROID => Comparison::Bits {
+                _ if EQUAL_BITS.contains(&type_oid) => Comparison::Bits {
                     length: length as usize,
                 },
                 _ if (*entry).typtype as u8 == pg_sys::TYPTYPE_ENUM => Comparison::Bits {
                     length: length as usize,
                 },
-                pg_sys::TEXTOID | pg_sys::VARCHAROID if collation_is_deterministic(collation) => {
+                pg_sys::TEXTOID | pg_sys::VARCHAROID if is_deterministic(collation) => {
                     Comparison::Bytes
                 }
                 pg_sys::UUIDOID => Comparison::FixedBytes { length: 16 },
@@ -210,6 +196,7 @@ impl ItemType {
                 by_value: (*entry).typbyval,
                 alignment: (*entry).typalign,
                 comparison,
+                spelling: spelling(type_oid, collation),
                 hash: &mut (*entry).hash_proc_finfo,
                 equal: &mut (*entry).eq_opr_finfo,
             })
@@ -409,6 +396,20 @@ impl ItemType {
         let image = unsafe { self.image(item) };
         // SAFETY: a live context (the caller's contract) for the time of the copy.
         unsafe { pgrx::PgMemoryContexts::For(memory).switch_to(|_| self.restore(image)) }
+    }
+
+    /// `item` as an answer releases it: spelled canonically when its type has a canonical
+    /// spelling (numeric 1.00 as 1, in the current memory context; float -0 as 0), so that
+    /// which of its spellings the rows held does not show (spellings.rs); else `item`.
+    ///
+    /// # Safety
+    /// `item` must be a valid, non-NULL datum of this type.
+    pub unsafe fn spelled(&self, item: Datum) -> Datum {
+        match self.spelling {
+            // SAFETY: as the caller guarantees.
+            Spelling::Canonical(canonical) => unsafe { canonical.spell(item) },
+            _ => item,
+        }
     }
 
     /// A copy of `item` in the current memory context.

@@ -15,6 +15,7 @@ mod planner;
 mod quantile;
 mod quantile_arguments;
 mod serialization;
+pub(crate) mod spellings;
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_testing;
 mod top_k;

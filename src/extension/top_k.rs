@@ -15,9 +15,14 @@ use pgrx::prelude::*;
 
 /// The items at `order` of `entries`, as an array of the item type.
 fn items_array(scores: &ItemScores, entries: &[ItemScore<StoredItem>], order: &[usize]) -> Datum {
-    let items: Vec<Datum> = order.iter().map(|&i| entries[i].item.datum).collect();
     // SAFETY: the items of a state are valid datums of its item type.
-    unsafe { scores.item_type.array(&items) }
+    unsafe {
+        let items: Vec<Datum> = order
+            .iter()
+            .map(|&i| scores.item_type.spelled(entries[i].item.datum))
+            .collect();
+        scores.item_type.array(&items)
+    }
 }
 
 /// One-shot Gumbel at temperature k/ε (in units of max_score): the ordered list has the

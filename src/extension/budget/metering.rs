@@ -27,8 +27,8 @@ use super::statistics::{count_again, is_silenced, Silence};
 use crate::error::Error;
 use crate::extension::arguments::Argument;
 use crate::extension::forms::Aggregate;
-use crate::extension::units;
 use crate::extension::{raise, OrRaise};
+use crate::extension::{spellings, units};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgList;
@@ -363,6 +363,7 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             if !numbers.insert((*aggref).aggno) {
                 continue; // One state, one final call: one release.
             }
+            spellings::check_released(plan, aggref, combined.as_deref(), aggregate);
             let expressions: Vec<*mut pg_sys::Expr> = if let Some(expressions) = combined {
                 expressions
             } else {
