@@ -122,6 +122,14 @@ out="$(sql -v VERBOSITY=verbose -c "SELECT dp_budget_set('analyst', 1)" 2>&1 || 
 assert_eq "$(first_error <<<"$out")" "55000: privacy budgets cannot be enforced: pg_exp_mech is not in shared_preload_libraries" "no preload: dp_budget_set"
 as_owner mv "$CLUSTER/data/pg_exp_mech" "$CLUSTER/data/pg_exp_mech.removed"
 assert_eq "$(sql -c 'SELECT dp_argmax(sex, 1, 1e6) FROM adult')" "Male" "no preload, no ledger: unmetered"
+# Each psql below is a new session, whose first statement loads the library inside its
+# ExecutorStart: its plan is refused all the same before any row (it was not checked).
+sql -c "CREATE TABLE spelled_keys(n numeric, i interval, g int)"
+several="values that compare equal can be spelled differently, and the answer would show a row's spelling"
+out="$(sql -v VERBOSITY=verbose -c "SELECT n::text FROM spelled_keys GROUP BY n HAVING dp_partition(1, 1e-6)" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "0A000: group keys of type numeric cannot be selected by dp_partition: $several; group by a cast to text (each spelling then its own group)" "no preload: a session's first statement, no row"
+out="$(sql -v VERBOSITY=verbose -c "SELECT g, dp_argmax(i, 1, 1.0) FROM spelled_keys GROUP BY g" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "0A000: items of type interval cannot be answered without candidates: $several; cast the items to text (each spelling then its own item), or list the candidates (answered as listed)" "no preload: a grouped first statement, no group"
 
 echo "9. the table of accounts is sized from pg_exp_mech.max_roles and the ledger; refusals take no slot"
 stop_cluster "$CLUSTER"

@@ -104,11 +104,21 @@ pub fn spelling(type_oid: Oid, collation: Oid) -> Spelling {
         )
     };
     if base != type_oid {
-        return spelling(base, collation); // a domain
+        // A domain: its base type's spelling, unless a canonical spelling could break a
+        // constraint of the domain (CHECK (scale(VALUE) = 2)).
+        return match spelling(base, collation) {
+            // SAFETY: a catalog lookup of the domain's constraints.
+            Spelling::Canonical(_) if unsafe { pg_sys::DomainHasConstraints(type_oid) } => {
+                Spelling::Several
+            }
+            base => base,
+        };
     }
     if is_enum {
         return Spelling::Alike;
     }
+    // get_element_type names the element only of a true array (PostgreSQL 14 on: a
+    // varlena whose subscripts are array_subscript_handler's), whose datum is an ArrayType.
     if element == pg_sys::InvalidOid {
         return Spelling::Several;
     }
@@ -193,9 +203,8 @@ pub unsafe fn check_released(
     combined: Option<&[*mut pg_sys::Expr]>,
     aggregate: &Aggregate,
 ) {
-    // SAFETY: an Aggref's argument types are a list of oids; an Agg's group columns are
-    // numCols indexes (1-based) into its input's target list, with as many collations;
-    // a chained Agg (grouping sets) has its own, into the same input.
+    // SAFETY: an Aggref's argument types are a list of oids, its input collation an oid;
+    // `combined` holds valid expressions (the caller's contract); `plan` is an Agg.
     unsafe {
         match aggregate.family {
             Family::Selection => {
@@ -225,27 +234,65 @@ pub unsafe fn check_released(
                     raise(item_spellings(item_type.type_oid, collation));
                 }
             }
-            Family::Partition => {
-                let input = (*plan).plan.lefttree;
-                let chained = PgList::<pg_sys::Agg>::from_pg((*plan).chain);
-                for node in std::iter::once(plan).chain(chained.iter_ptr()) {
-                    for i in 0..(*node).numCols.max(0) as usize {
-                        let column = *(*node).grpColIdx.add(i);
-                        let collation = *(*node).grpCollations.add(i);
-                        let entries = PgList::<pg_sys::TargetEntry>::from_pg((*input).targetlist);
-                        let entry = usize::try_from(column)
-                            .ok()
-                            .and_then(|column| column.checked_sub(1))
-                            .and_then(|index| entries.get_ptr(index));
-                        let Some(entry) = entry else { continue };
-                        let key_type = pg_sys::exprType((*entry).expr.cast());
-                        if spelling(key_type, collation) != Spelling::Alike {
-                            raise(group_key_spellings(key_type, collation));
-                        }
+            Family::Partition => check_group_columns(plan),
+            Family::Quantile(_) => {}
+        }
+    }
+}
+
+/// Refuses a node that dp_partition selects if a column it reads from its input outside
+/// its aggregates (a group key, or a column it outputs or tests in HAVING per group) is
+/// of a type spelled several ways: PostgreSQL reads it from the group's first row. The
+/// planner can leave a GROUP BY column out of the group keys (one a WHERE clause pins to a
+/// constant, PostgreSQL 16 on; one a primary key determines), and still output it.
+///
+/// # Safety
+/// `plan` must be an Agg plan node with its input.
+unsafe fn check_group_columns(plan: *mut pg_sys::Agg) {
+    // SAFETY: an Agg's group columns are numCols indexes (1-based) into its input's
+    // target list, with as many collations; a chained Agg (grouping sets) has its own,
+    // into the same input; after set_plan_references the Vars of its target list and
+    // qual that read the input are OUTER_VAR Vars, whose varattno indexes the same list.
+    unsafe {
+        let mut columns: Vec<(i32, Option<pg_sys::Oid>)> = Vec::new();
+        let chained = PgList::<pg_sys::Agg>::from_pg((*plan).chain);
+        for node in std::iter::once(plan).chain(chained.iter_ptr()) {
+            for i in 0..(*node).numCols.max(0) as usize {
+                let column = *(*node).grpColIdx.add(i) as i32;
+                columns.push((column, Some(*(*node).grpCollations.add(i))));
+            }
+        }
+        let flags = pg_sys::PVC_INCLUDE_AGGREGATES
+            | pg_sys::PVC_INCLUDE_WINDOWFUNCS
+            | pg_sys::PVC_INCLUDE_PLACEHOLDERS;
+        for list in [(*plan).plan.targetlist, (*plan).plan.qual] {
+            let read = pg_sys::pull_var_clause(list.cast(), flags as i32);
+            for node in PgList::<pg_sys::Node>::from_pg(read).iter_ptr() {
+                if pgrx::is_a(node, pg_sys::NodeTag::T_Var) {
+                    let var = node as *mut pg_sys::Var;
+                    if (*var).varno == pg_sys::OUTER_VAR {
+                        columns.push(((*var).varattno as i32, None));
                     }
                 }
             }
-            Family::Quantile(_) => {}
+        }
+        let entries = PgList::<pg_sys::TargetEntry>::from_pg((*(*plan).plan.lefttree).targetlist);
+        for (column, grouped_by) in columns {
+            let entry = usize::try_from(column)
+                .ok()
+                .and_then(|column| column.checked_sub(1))
+                .and_then(|index| entries.get_ptr(index));
+            let Some(entry) = entry else {
+                raise(Error::NotMetered {
+                    reason: format!("dp_partition's node reads column {column} of its input, which its input does not have"),
+                });
+            };
+            let expression = (*entry).expr.cast();
+            let value_type = pg_sys::exprType(expression);
+            let collation = grouped_by.unwrap_or_else(|| pg_sys::exprCollation(expression));
+            if spelling(value_type, collation) != Spelling::Alike {
+                raise(group_key_spellings(value_type, collation));
+            }
         }
     }
 }
@@ -430,6 +477,28 @@ mod tests {
                 "{call}"
             );
         }
+        // Two dimensions and their lower bounds kept, each element spelled.
+        assert_eq!(
+            column(
+                "SELECT (array_send(dp_argmax(x, 1, 1e6)) = array_send('[0:1][2:3]={{1,2.5},{3,4}}'::numeric[]))::text
+                   FROM (VALUES ('[0:1][2:3]={{1.0,2.50},{3,4.000}}'::numeric[]), ('[0:1][2:3]={{1,2.5},{3,4}}')) v(x)"
+            ),
+            ["true"]
+        );
+        // A domain over numeric is spelled canonically, unless a constraint could refuse
+        // that spelling.
+        run(&[
+            "CREATE DOMAIN amount AS numeric",
+            "CREATE DOMAIN cents AS numeric CHECK (scale(VALUE) = 2)",
+        ]);
+        assert_eq!(
+            column("SELECT dp_argmax(n::amount, 1, 1e6)::text FROM spelled"),
+            ["1"]
+        );
+        assert_eq!(
+            error_of("SELECT dp_argmax(round(n, 2)::cents, 1, 1e6) FROM spelled"),
+            refused_items("cents")
+        );
         // Arrays of numerics are spelled element by element; NULL elements stay.
         assert_eq!(
             column("SELECT dp_argmax(x, 1, 1e6)::text FROM (VALUES (ARRAY[1.0, NULL]), (ARRAY[1.00, NULL]), (ARRAY[3])) v(x)"),
@@ -519,6 +588,26 @@ mod tests {
                 );
                 assert_eq!(error_of(&query), refused_keys(&type_name), "{query}");
             }
+        }
+        // A column the planner leaves out of the group keys but reads per group: pinned
+        // by WHERE or HAVING (left out from PostgreSQL 16 on), determined by a primary
+        // key, or tested in HAVING.
+        run(&[
+            "ALTER TABLE keyed ADD COLUMN c text COLLATE ignore_case_keys",
+            "CREATE TABLE keyed_pk (id int PRIMARY KEY, n numeric)",
+        ]);
+        let read_per_group = [
+            ("SELECT k, n::text FROM keyed WHERE n = 1 GROUP BY k, n HAVING dp_partition(1.0, 1e-6)", "numeric".to_string()),
+            ("SELECT k, n::text FROM keyed GROUP BY k, n HAVING n = 1 AND dp_partition(1.0, 1e-6)", "numeric".to_string()),
+            ("SELECT k FROM keyed WHERE n = 1 GROUP BY k, n HAVING n::text = '1.00' AND dp_partition(1.0, 1e-6)", "numeric".to_string()),
+            (
+                "SELECT k, c FROM keyed WHERE c = 'a' GROUP BY k, c HAVING dp_partition(1.0, 1e-6)",
+                "text under the nondeterministic collation \"ignore_case_keys\"".to_string(),
+            ),
+            ("SELECT id, n FROM keyed_pk GROUP BY id, n HAVING dp_partition(1.0, 1e-6)", "numeric".to_string()),
+        ];
+        for (query, type_name) in read_per_group {
+            assert_eq!(error_of(query), refused_keys(&type_name), "{query}");
         }
         // Keys spelled alike are selected as before.
         for key in ["n::text", "k", "t", "t COLLATE \"C\""] {

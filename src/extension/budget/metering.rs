@@ -75,6 +75,11 @@ thread_local! {
     static METERS: RefCell<HashMap<usize, Meter>> = RefCell::new(HashMap::new());
     /// How many plans with DP aggregates this process has started and not yet ended.
     static RUNNING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The library was loaded in this backend (not preloaded), perhaps by ExecInitAgg
+    /// looking up our functions inside an ExecutorStart that the hook, not yet installed,
+    /// missed: the next ExecutorRun that no ExecutorStart of ours preceded meters its
+    /// query then, before any row.
+    static LOADED_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Whether a plan with DP aggregates is running in this process (from its start until
@@ -91,6 +96,7 @@ pub fn install_metering() {
     // runs: nothing else reads or writes the hooks meanwhile. The callback lives as long
     // as the library.
     unsafe {
+        LOADED_LATE.set(!pg_sys::process_shared_preload_libraries_in_progress);
         PREVIOUS_EXECUTOR_START = pg_sys::ExecutorStart_hook;
         pg_sys::ExecutorStart_hook = Some(metered_executor_start);
         pg_sys::CacheRegisterSyscacheCallback(
@@ -128,6 +134,7 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // SAFETY: PostgreSQL calls the hook with a query descriptor ready to start; the
     // previous hook takes the same arguments.
     unsafe {
+        LOADED_LATE.set(false); // every later query starts here
         count_again();
         // A statement starts (no plan with DP aggregates runs around it): the privacy
         // units' settings and group key are fixed for everything it runs.
@@ -146,6 +153,20 @@ unsafe extern "C-unwind" fn metered_executor_start(
             return; // Plain EXPLAIN: nothing runs, nothing is released.
         }
         meter(query);
+    }
+}
+
+/// Meters, when its run starts, the query whose ExecutorStart loaded this library (a
+/// session without the preload): its plan is then checked and charged before any row, as
+/// every later statement's is at its start (the spellings of its released values, say,
+/// which a final function could check only once a group exists).
+///
+/// # Safety
+/// `query` must be a started query descriptor, about to run.
+pub unsafe fn meter_started_unhooked(query: *mut pg_sys::QueryDesc) {
+    if LOADED_LATE.replace(false) {
+        // SAFETY: as the caller guarantees.
+        unsafe { meter(query) };
     }
 }
 

@@ -63,10 +63,12 @@ pub fn install_statistics() {
     }
 }
 
-/// Around ExecutorRun: a silenced statement runs silenced.
+/// Around ExecutorRun: a silenced statement runs silenced (and a query started before
+/// the library was loaded is metered first: metering.rs).
 unsafe fn silenced_run(query: *mut pg_sys::QueryDesc, run: &mut dyn FnMut()) {
     // SAFETY: PostgreSQL calls the hook with a started query.
     unsafe {
+        super::metering::meter_started_unhooked(query);
         let _silence = is_silenced(query).then(|| {
             let silence = Silence::begin(query);
             stop_counting_relations(query);
