@@ -224,19 +224,27 @@ pub unsafe fn check_released(
                         (types.len(), item)
                     }
                 };
-                let Some((item_type, collation)) = item else {
-                    return;
-                };
-                // A type without a hash operator class is refused first, for its plan too.
-                let item_type = ItemType::lookup(item_type, collation).or_raise();
-                let form = aggregate.form(arity);
-                if form.positions.candidates.is_none() && item_type.spelling == Spelling::Several {
-                    raise(item_spellings(item_type.type_oid, collation));
+                if let Some((item_type, collation)) = item {
+                    check_items(aggregate, arity, item_type, collation);
                 }
             }
             Family::Partition => check_group_columns(plan),
             Family::Quantile(_) => {}
         }
+    }
+}
+
+/// Refuses, from its plan, a selection call of `arity` arguments whose items (of
+/// `item_type`, compared under `collation`) have no hash operator class, or are spelled
+/// several ways in a form without candidates (an aggregation's call, or a window's).
+pub fn check_items(aggregate: &Aggregate, arity: usize, item_type: Oid, collation: Oid) {
+    if aggregate.family != Family::Selection {
+        return;
+    }
+    let item_type = ItemType::lookup(item_type, collation).or_raise();
+    let form = aggregate.form(arity);
+    if form.positions.candidates.is_none() && item_type.spelling == Spelling::Several {
+        raise(item_spellings(item_type.type_oid, collation));
     }
 }
 
@@ -526,12 +534,14 @@ mod tests {
             ("dp_argmax(numrange(g, g + 1), 1, 1.0)", "numrange"),
         ];
         for (call, type_name) in calls {
-            // Refused from the statement alone: with rows, without, and in a GROUP BY of
-            // no group (no final function runs there; the plan is refused).
+            // Refused from the statement alone: with rows, without, in a GROUP BY of no
+            // group (no final function runs there; the plan is refused), and as a window
+            // function over no row.
             for query in [
                 format!("SELECT {call} FROM several"),
                 format!("SELECT {call} FROM none_yet"),
                 format!("SELECT g, {call} FROM none_yet GROUP BY g"),
+                format!("SELECT {call} OVER () FROM none_yet"),
             ] {
                 assert_eq!(error_of(&query), refused_items(type_name), "{query}");
             }

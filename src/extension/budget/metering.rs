@@ -455,6 +455,15 @@ unsafe fn meter_window(node: *mut pg_sys::PlanState, copies: u32, found: &mut Fo
                 PgList::<pg_sys::Expr>::from_pg((*function).args)
                     .iter_ptr()
                     .collect();
+            if let Some(&item) = expressions.first() {
+                let item_type = pg_sys::exprType(item.cast());
+                spellings::check_items(
+                    aggregate,
+                    expressions.len(),
+                    item_type,
+                    (*function).inputcollid,
+                );
+            }
             let arguments = evaluate(&expressions, found.estate, None);
             calls.add(
                 aggregate,
