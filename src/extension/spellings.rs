@@ -270,17 +270,26 @@ unsafe fn check_group_columns(plan: *mut pg_sys::Agg) {
                 columns.push((column, Some(*(*node).grpCollations.add(i))));
             }
         }
-        let flags = pg_sys::PVC_INCLUDE_AGGREGATES
+        let flags = (pg_sys::PVC_INCLUDE_AGGREGATES
             | pg_sys::PVC_INCLUDE_WINDOWFUNCS
-            | pg_sys::PVC_INCLUDE_PLACEHOLDERS;
-        for list in [(*plan).plan.targetlist, (*plan).plan.qual] {
-            let read = pg_sys::pull_var_clause(list.cast(), flags as i32);
+            | pg_sys::PVC_INCLUDE_PLACEHOLDERS) as i32;
+        // The Vars outside aggregates, and in the direct arguments of ordered-set ones
+        // (rank(n::text) WITHIN GROUP (...)), evaluated once per group too.
+        let mut pending = vec![(*plan).plan.targetlist, (*plan).plan.qual];
+        while let Some(list) = pending.pop() {
+            let read = pg_sys::pull_var_clause(list.cast(), flags);
             for node in PgList::<pg_sys::Node>::from_pg(read).iter_ptr() {
-                if pgrx::is_a(node, pg_sys::NodeTag::T_Var) {
+                if pgrx::is_a(node, pg_sys::NodeTag::T_Aggref) {
+                    pending.push((*(node as *mut pg_sys::Aggref)).aggdirectargs);
+                } else if pgrx::is_a(node, pg_sys::NodeTag::T_Var) {
                     let var = node as *mut pg_sys::Var;
-                    if (*var).varno == pg_sys::OUTER_VAR {
-                        columns.push(((*var).varattno as i32, None));
+                    if (*var).varno != pg_sys::OUTER_VAR {
+                        raise(Error::NotMetered {
+                            reason: "dp_partition's node reads a column that is not its input's"
+                                .into(),
+                        });
                     }
+                    columns.push(((*var).varattno as i32, None));
                 }
             }
         }
@@ -615,6 +624,10 @@ mod tests {
                 "text under the nondeterministic collation \"ignore_case_keys\"".to_string(),
             ),
             ("SELECT id, n FROM keyed_pk GROUP BY id, n HAVING dp_partition(1.0, 1e-6)", "numeric".to_string()),
+            (
+                "SELECT k, rank(n::text) WITHIN GROUP (ORDER BY '1.0'::text) FROM keyed WHERE n = 1 GROUP BY k, n HAVING dp_partition(1.0, 1e-6)",
+                "numeric".to_string(),
+            ),
         ];
         for (query, type_name) in read_per_group {
             assert_eq!(error_of(query), refused_keys(&type_name), "{query}");

@@ -23,6 +23,7 @@
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
 use super::cost::{charged_arguments, cost, evaluate, release_of, Cost};
 use super::identity::{dp_aggregate, forget_identities};
+use super::late_start;
 use super::statistics::{count_again, is_silenced, Silence};
 use crate::error::Error;
 use crate::extension::arguments::Argument;
@@ -75,11 +76,6 @@ thread_local! {
     static METERS: RefCell<HashMap<usize, Meter>> = RefCell::new(HashMap::new());
     /// How many plans with DP aggregates this process has started and not yet ended.
     static RUNNING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// The library was loaded in this backend (not preloaded), perhaps by ExecInitAgg
-    /// looking up our functions inside an ExecutorStart that the hook, not yet installed,
-    /// missed: the next ExecutorRun that no ExecutorStart of ours preceded meters its
-    /// query then, before any row.
-    static LOADED_LATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Whether a plan with DP aggregates is running in this process (from its start until
@@ -96,7 +92,7 @@ pub fn install_metering() {
     // runs: nothing else reads or writes the hooks meanwhile. The callback lives as long
     // as the library.
     unsafe {
-        LOADED_LATE.set(!pg_sys::process_shared_preload_libraries_in_progress);
+        late_start::install();
         PREVIOUS_EXECUTOR_START = pg_sys::ExecutorStart_hook;
         pg_sys::ExecutorStart_hook = Some(metered_executor_start);
         pg_sys::CacheRegisterSyscacheCallback(
@@ -134,7 +130,6 @@ unsafe extern "C-unwind" fn metered_executor_start(
     // SAFETY: PostgreSQL calls the hook with a query descriptor ready to start; the
     // previous hook takes the same arguments.
     unsafe {
-        LOADED_LATE.set(false); // every later query starts here
         count_again();
         // A statement starts (no plan with DP aggregates runs around it): the privacy
         // units' settings and group key are fixed for everything it runs.
@@ -156,17 +151,17 @@ unsafe extern "C-unwind" fn metered_executor_start(
     }
 }
 
-/// Meters, when its run starts, the query whose ExecutorStart loaded this library (a
-/// session without the preload): its plan is then checked and charged before any row, as
-/// every later statement's is at its start (the spellings of its released values, say,
-/// which a final function could check only once a group exists).
+/// Meters, when its run starts, a query whose ExecutorStart ran before this library was
+/// loaded (late_start.rs).
 ///
 /// # Safety
 /// `query` must be a started query descriptor, about to run.
 pub unsafe fn meter_started_unhooked(query: *mut pg_sys::QueryDesc) {
-    if LOADED_LATE.replace(false) {
-        // SAFETY: as the caller guarantees.
-        unsafe { meter(query) };
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        if late_start::missed((*query).estate) {
+            meter(query);
+        }
     }
 }
 
@@ -216,6 +211,7 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
         if estate.is_null() || planstate.is_null() {
             return;
         }
+        late_start::note_metered(estate);
         let mut found = Found {
             estate,
             ..Found::default()

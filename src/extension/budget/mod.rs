@@ -15,6 +15,8 @@
 //!
 //! - `shared`: the accounts in shared memory, loaded at start-up;
 //! - `metering`: the charge of a plan, taken when it starts (and at each rescan);
+//! - `late_start`: a query that started before the library was loaded, metered when its
+//!   run starts;
 //! - `cost`: what one DP aggregate call is charged, from its arguments in the plan;
 //! - `identity`: which functions are this extension's aggregates;
 //! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
@@ -27,6 +29,7 @@ mod barrier;
 mod charge;
 mod cost;
 mod identity;
+mod late_start;
 mod metering;
 mod shared;
 mod sql;
