@@ -127,14 +127,14 @@ assert_eq "$(sql -c 'SELECT dp_argmax(sex, 1, 1e6) FROM adult')" "Male" "no prel
 sql -c "CREATE TABLE spelled_keys(n numeric, i interval, g int)"
 several="values that compare equal can be spelled differently, and the answer would show a row's spelling"
 out="$(sql -v VERBOSITY=verbose -c "SELECT n::text FROM spelled_keys GROUP BY n HAVING dp_partition(1, 1e-6)" 2>&1 || true)"
-assert_eq "$(first_error <<<"$out")" "0A000: group keys of type numeric cannot be selected by dp_partition: $several; group by a cast to text (each spelling then its own group)" "no preload: a session's first statement, no row"
+assert_eq "$(first_error <<<"$out")" "0A000: columns of type numeric read per group (group keys, output, HAVING) cannot be released by dp_partition's node: $several; group by a cast to text (each spelling then its own group)" "no preload: a session's first statement, no row"
 out="$(sql -v VERBOSITY=verbose -c "SELECT g, dp_argmax(i, 1, 1.0) FROM spelled_keys GROUP BY g" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "0A000: items of type interval cannot be answered without candidates: $several; cast the items to text (each spelling then its own item), or list the candidates (answered as listed)" "no preload: a grouped first statement, no group"
 # A cursor that loads the library, then another statement, or another cursor's fetch,
 # before its first fetch: still refused before any row.
 sql -c "INSERT INTO spelled_keys VALUES (1.00, '1 day', 1), (1.0, '24 hours', 1)"
 partition="SELECT n::text FROM spelled_keys GROUP BY n HAVING dp_partition(1, 1e-6)"
-keys_refused="0A000: group keys of type numeric cannot be selected by dp_partition: $several; group by a cast to text (each spelling then its own group)"
+keys_refused="0A000: columns of type numeric read per group (group keys, output, HAVING) cannot be released by dp_partition's node: $several; group by a cast to text (each spelling then its own group)"
 out="$(sql -v VERBOSITY=verbose -c "BEGIN" -c "DECLARE a CURSOR FOR $partition" -c "SELECT 1" -c "FETCH ALL FROM a" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "$keys_refused" "no preload: a cursor fetched after another statement"
 out="$(sql -v VERBOSITY=verbose -c "BEGIN" -c "DECLARE z CURSOR FOR SELECT 1" -c "DECLARE a CURSOR FOR $partition" \

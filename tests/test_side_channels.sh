@@ -197,8 +197,12 @@ assert_eq "$answers" "{1} " "the popular code, spelled canonically (it was the f
 before="$(spent)"
 several="values that compare equal can be spelled differently, and the answer would show a row's spelling"
 out="$(analyst -c "SELECT * FROM v_code_groups" 2>&1 || true)"
-assert_eq "$(first_error <<<"$out")" "0A000: group keys of type numeric cannot be selected by dp_partition: $several; group by a cast to text (each spelling then its own group)" "numeric group keys"
+assert_eq "$(first_error <<<"$out")" "0A000: columns of type numeric read per group (group keys, output, HAVING) cannot be released by dp_partition's node: $several; group by a cast to text (each spelling then its own group)" "numeric group keys"
+# The view filtered on its key (pushed into the view, where PostgreSQL 16 on leaves the
+# pinned key out of the group keys): refused all the same.
+out="$(analyst -c "SELECT code::text FROM v_code_groups WHERE code = 1" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "0A000: columns of type numeric read per group (group keys, output, HAVING) cannot be released by dp_partition's node: $several; group by a cast to text (each spelling then its own group)" "numeric group keys, pinned"
 out="$(analyst -c "SELECT * FROM v_top_tag" 2>&1 || true)"
-assert_eq "$(first_error <<<"$out")" "0A000: items of type text under the nondeterministic collation \"ignore_case\" cannot be answered without candidates: $several; cast the items to text (each spelling then its own item), or list the candidates (answered as listed)" "case-insensitive items"
+assert_eq "$(first_error <<<"$out")" "0A000: items of type text under the nondeterministic collation \"ignore_case\" cannot be answered without candidates: $several; compare the items under a deterministic collation (COLLATE \"C\"), or list the candidates (answered as listed)" "case-insensitive items"
 assert_eq "$(spent)" "$before" "a refused statement is not charged"
 echo "side channels: ok"

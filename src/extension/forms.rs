@@ -407,12 +407,12 @@ const NUMERIC_SCORES_COMMENT: &str = " A numeric score is converted to double pr
 /// The answers of the forms without candidates are the rows' items: what their spelling
 /// may show (spellings.rs).
 #[cfg(test)]
-const SPELLINGS_COMMENT: &str = " Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates or cast the items to text.";
+const SPELLINGS_COMMENT: &str = " Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates, cast the items to text, or compare them under COLLATE \"C\".";
 
 const PARTITION: Form = Form::new(
     Family::Partition,
     &[Epsilon, Delta],
-    "Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups. Group keys must spell each value one way (integers, dates, timestamps, uuid, enums, text under a deterministic collation; not numeric, floats, interval, arrays): PostgreSQL answers a group's key as its first row spells it.",
+    "Differentially private partition selection, for HAVING: true for a group of n rows with the optimal probability of Desfontaines, Voss, Gipson and Mandayam (PETS 2022), pi(0) = 0, pi(n) = min(exp(epsilon)*pi(n-1) + delta, 1 - exp(-epsilon)*(1 - pi(n-1) - delta), 1), so that the set of group keys released is (epsilon, delta)-DP for one row added or removed. A one-row group is kept with probability delta. Charged once per execution, whatever the number of groups. Group keys, and every column the node reads per group outside its aggregates, must be of a type that spells each value one way (integers, oid, dates, times, timestamps, booleans, \"char\", uuid, bytea, enums, text and varchar under a deterministic collation, domains over these; not numeric, floats, interval, arrays, jsonb, char(n), ranges, nondeterministic collations): PostgreSQL reads them from the group's first row.",
 );
 
 pub const DP_ARGMAX: Aggregate = Aggregate {

@@ -142,28 +142,41 @@ pub fn item_spellings(type_oid: Oid, collation: Oid) -> Error {
         ("items", "cannot be answered without candidates"),
         type_oid,
         collation,
-        "cast the items to text (each spelling then its own item), or list the candidates (answered as listed)",
+        [
+            "cast the items to text (each spelling then its own item), or list the candidates (answered as listed)",
+            "compare the items under a deterministic collation (COLLATE \"C\"), or list the candidates (answered as listed)",
+        ],
     )
 }
 
-/// The refusal of group keys of a type that spells equal values in several ways, in a
-/// node that selects them with dp_partition (PostgreSQL answers a group's first row's key).
-pub fn group_key_spellings(type_oid: Oid, collation: Oid) -> Error {
+/// The refusal of a column of a type that spells equal values in several ways, read per
+/// group by a node that dp_partition selects (PostgreSQL reads it from the group's first
+/// row).
+pub fn group_column_spellings(type_oid: Oid, collation: Oid) -> Error {
     several_spellings(
-        ("group keys", "cannot be selected by dp_partition"),
+        (
+            "columns",
+            "read per group (group keys, output, HAVING) cannot be released by dp_partition's node",
+        ),
         type_oid,
         collation,
-        "group by a cast to text (each spelling then its own group)",
+        [
+            "group by a cast to text (each spelling then its own group)",
+            "group by the column under a deterministic collation (COLLATE \"C\")",
+        ],
     )
 }
 
+/// `remedies`: for a type, and for a nondeterministic collation.
 fn several_spellings(
     (values, refusal): (&'static str, &'static str),
     type_oid: Oid,
     collation: Oid,
-    remedy: &'static str,
+    remedies: [&'static str; 2],
 ) -> Error {
-    let collation = if collation == pg_sys::InvalidOid || is_deterministic(collation) {
+    let nondeterministic = collation != pg_sys::InvalidOid && !is_deterministic(collation);
+    let remedy = remedies[nondeterministic as usize];
+    let collation = if !nondeterministic {
         String::new()
     } else {
         // SAFETY: a catalog lookup of the collation the statement names.
@@ -272,7 +285,7 @@ unsafe fn check_group_columns(plan: *mut pg_sys::Agg) {
         }
         let flags = (pg_sys::PVC_INCLUDE_AGGREGATES
             | pg_sys::PVC_INCLUDE_WINDOWFUNCS
-            | pg_sys::PVC_INCLUDE_PLACEHOLDERS) as i32;
+            | pg_sys::PVC_RECURSE_PLACEHOLDERS) as i32;
         // The Vars outside aggregates, and in the direct arguments of ordered-set ones
         // (rank(n::text) WITHIN GROUP (...)), evaluated once per group too.
         let mut pending = vec![(*plan).plan.targetlist, (*plan).plan.qual];
@@ -308,7 +321,7 @@ unsafe fn check_group_columns(plan: *mut pg_sys::Agg) {
             let value_type = pg_sys::exprType(expression);
             let collation = grouped_by.unwrap_or_else(|| pg_sys::exprCollation(expression));
             if spelling(value_type, collation) != Spelling::Alike {
-                raise(group_key_spellings(value_type, collation));
+                raise(group_column_spellings(value_type, collation));
             }
         }
     }
@@ -446,14 +459,24 @@ mod tests {
     use pgrx::prelude::*;
 
     const SEVERAL: &str = "values that compare equal can be spelled differently, and the answer would show a row's spelling";
-    const ITEM_REMEDY: &str = "cast the items to text (each spelling then its own item), or list the candidates (answered as listed)";
+    /// The remedy the refusals give: for a type, or for a nondeterministic collation.
+    fn remedy(type_name: &str, items: bool) -> &'static str {
+        match (type_name.contains("nondeterministic"), items) {
+            (false, true) => "cast the items to text (each spelling then its own item), or list the candidates (answered as listed)",
+            (true, true) => "compare the items under a deterministic collation (COLLATE \"C\"), or list the candidates (answered as listed)",
+            (false, false) => "group by a cast to text (each spelling then its own group)",
+            (true, false) => "group by the column under a deterministic collation (COLLATE \"C\")",
+        }
+    }
 
     fn refused_items(type_name: &str) -> String {
-        format!("0A000: items of type {type_name} cannot be answered without candidates: {SEVERAL}; {ITEM_REMEDY}")
+        let remedy = remedy(type_name, true);
+        format!("0A000: items of type {type_name} cannot be answered without candidates: {SEVERAL}; {remedy}")
     }
 
     fn refused_keys(type_name: &str) -> String {
-        format!("0A000: group keys of type {type_name} cannot be selected by dp_partition: {SEVERAL}; group by a cast to text (each spelling then its own group)")
+        let remedy = remedy(type_name, false);
+        format!("0A000: columns of type {type_name} read per group (group keys, output, HAVING) cannot be released by dp_partition's node: {SEVERAL}; {remedy}")
     }
 
     /// One row spells its item (or its array) its own way and comes first; 40 rows spell

@@ -2,7 +2,7 @@
 //! statement that calls one of its functions (ExecInitAgg looks them up), after
 //! PostgreSQL dispatched that ExecutorStart past a hook not yet installed. Such a query is
 //! metered when its run starts, still before any row, so that its plan's refusals (a
-//! spelling, a parameter of the rows) and charges come as every later query's do.
+//! spelling, a parameter of the rows) come as every later query's do.
 //! Cursors, portals and SPI interleave the starts and runs of several queries, so a query
 //! is told by its executor state: in a process that loaded the library late, each one the
 //! hook metered is noted, and the run of any other is metered then (metering.rs).
