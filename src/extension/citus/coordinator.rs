@@ -191,7 +191,8 @@ fn refuse_shadowing_functions() {
         "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid) FROM pg_catalog.pg_proc p
           WHERE p.pronamespace = (SELECT extnamespace FROM pg_catalog.pg_extension WHERE extname = 'pg_exp_mech')
             AND p.proname IN ('dp_fragment', 'dp_unit_of_null', 'dp_unit_share', 'dp_unit_score',
-                              'dp_unit_numeric_score', 'dp_unit_group_order', 'dp_unit_priority')
+                              'dp_unit_numeric_score', 'dp_unit_total', 'dp_unit_group_order',
+                              'dp_unit_priority')
             AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
                              WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
                                AND d.objid = p.oid AND d.deptype = 'e')",

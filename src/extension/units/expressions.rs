@@ -60,6 +60,26 @@ pub(crate) unsafe fn int8(value: i64) -> *mut pg_sys::Expr {
     }
 }
 
+/// A double precision constant.
+///
+/// # Safety
+/// As [`int8`]'s.
+pub(crate) unsafe fn float8(value: f64) -> *mut pg_sys::Expr {
+    // SAFETY: a by-value double precision constant.
+    unsafe {
+        pg_sys::makeConst(
+            pg_sys::FLOAT8OID,
+            -1,
+            pg_sys::InvalidOid,
+            8,
+            pg_sys::Datum::from(value.to_bits()),
+            false,
+            true,
+        )
+        .cast()
+    }
+}
+
 /// `left operator right` over bigints.
 unsafe fn operation(
     operator: &str,

@@ -127,6 +127,11 @@ pub unsafe fn unit_of_query(
                     let Some(inner) = inner? else {
                         continue;
                     };
+                    // The unit's column is added to the subquery's output: a whole-row
+                    // reference to it would then carry each row's unit into the call.
+                    if reads_whole_row(query, rti) {
+                        return Err(refusal(&unit, aggregate, "through a whole-row reference to a subquery or view over it (s, s.*, to_jsonb(s)), which would carry each row's unit: name the columns instead"));
+                    }
                     // The subquery's own columns that copy the unit or a followed key
                     // (before the unit's column is added).
                     let (aliases, keys) = copies(subquery, rti, &inner);
@@ -413,6 +418,69 @@ unsafe fn copies(
             }
         }
         (aliases, keys)
+    }
+}
+
+/// Whether `query`, or a query inside it, reads a whole row of its range table entry
+/// `rti` (a Var of attribute 0).
+///
+/// # Safety
+/// `query` must be a valid Query of a query being planned.
+unsafe fn reads_whole_row(query: *mut pg_sys::Query, rti: i32) -> bool {
+    let mut whole_row = WholeRow {
+        rti,
+        depth: 0,
+        found: false,
+    };
+    // SAFETY: the walker's context is the WholeRow.
+    unsafe {
+        pg_sys::query_tree_walker(
+            query,
+            Some(whole_row_walker),
+            (&mut whole_row as *mut WholeRow).cast(),
+            0,
+        );
+    }
+    whole_row.found
+}
+
+/// What [`whole_row_walker`] looks for, and how many subqueries deep it is.
+struct WholeRow {
+    rti: i32,
+    depth: u32,
+    found: bool,
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn whole_row_walker(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    // SAFETY: the context is reads_whole_row's WholeRow; nodes are cast after their tags
+    // are checked.
+    unsafe {
+        if node.is_null() {
+            return false;
+        }
+        let whole_row = &mut *(context as *mut WholeRow);
+        if is_a(node, NodeTag::T_Query) {
+            whole_row.depth += 1;
+            let found = pg_sys::query_tree_walker(node.cast(), Some(whole_row_walker), context, 0);
+            whole_row.depth -= 1;
+            return found;
+        }
+        if is_a(node, NodeTag::T_Var) {
+            let var = node as *mut pg_sys::Var;
+            if (*var).varno == whole_row.rti
+                && (*var).varattno == 0
+                && (*var).varlevelsup == whole_row.depth
+            {
+                whole_row.found = true;
+                return true;
+            }
+            return false;
+        }
+        pg_sys::expression_tree_walker(node, Some(whole_row_walker), context)
     }
 }
 

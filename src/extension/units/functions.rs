@@ -70,13 +70,20 @@ fn dp_unit_share(total: Option<f64>, divisor: i64) -> Option<f64> {
     total.map(|total| total / divisor.max(1) as f64)
 }
 
-/// One row's score before its unit's scores for an item are summed: as the aggregates
-/// read it (NULL and NaN count 0, negative scores 0); the aggregate clamps the sum to
-/// max_score, which equals summing scores clamped each to max_score.
+/// One row's score before its unit's scores for an item are summed, in units of
+/// `max_score`: clamped to [0, max_score] as the aggregates read it (NULL and NaN count
+/// 0), then divided by it. A unit's sum is then at most its number of rows: PostgreSQL's
+/// sum, which raises an ERROR past the largest double, never overflows (two rows of
+/// 1e308 would otherwise have made one unit's rows fail the statement). Never an ERROR:
+/// an invalid max_score (the aggregate refuses it whatever the rows) reads 0.
 #[pg_extern(immutable, parallel_safe)]
-fn dp_unit_score(score: Option<f64>) -> f64 {
-    match score {
-        Some(score) if score > 0.0 => score,
+fn dp_unit_score(score: Option<f64>, max_score: Option<f64>) -> f64 {
+    match (score, max_score) {
+        (Some(score), Some(max_score))
+            if score > 0.0 && max_score.is_finite() && max_score > 0.0 =>
+        {
+            score.min(max_score) / max_score
+        }
         _ => 0.0,
     }
 }
@@ -84,13 +91,27 @@ fn dp_unit_score(score: Option<f64>) -> f64 {
 /// A numeric score as the numeric overloads read it (converted without error, beyond
 /// double precision's range ±Infinity), then as [`dp_unit_score`].
 #[pg_extern(immutable, parallel_safe)]
-fn dp_unit_numeric_score(score: Option<pgrx::AnyNumeric>) -> f64 {
+fn dp_unit_numeric_score(score: Option<pgrx::AnyNumeric>, max_score: Option<f64>) -> f64 {
     // SAFETY: a non-NULL numeric datum.
-    dp_unit_score(score.map(|score| unsafe {
+    let score = score.map(|score| unsafe {
         crate::extension::arguments::numeric_to_f64(
             pgrx::IntoDatum::into_datum(score).expect("a non-NULL numeric"),
         )
-    }))
+    });
+    dp_unit_score(score, max_score)
+}
+
+/// A unit's score for an item, back from units of `max_score` (its sum of
+/// [`dp_unit_score`]) and clamped to max_score, which the aggregate's own clamp then
+/// keeps. Never an ERROR (PostgreSQL's float8mul raises one on overflow and underflow).
+#[pg_extern(immutable, parallel_safe)]
+fn dp_unit_total(units: Option<f64>, max_score: Option<f64>) -> f64 {
+    match (units, max_score) {
+        (Some(units), Some(max_score)) if max_score.is_finite() && max_score > 0.0 => {
+            units.clamp(0.0, 1.0) * max_score
+        }
+        _ => 0.0,
+    }
 }
 
 /// The place of a (unit, group) pair in its unit's order of groups: a keyed hash (SipHash
@@ -155,10 +176,12 @@ pgrx::extension_sql!(
     r#"
 COMMENT ON FUNCTION dp_unit_share(double precision, bigint) IS
   'epsilon (or delta) of one group of an aggregate bounded by privacy units: total / divisor. Written into plans by pg_exp_mech; the statement is charged the total.';
-COMMENT ON FUNCTION dp_unit_score(double precision) IS
-  'A row''s score as the selection aggregates read it (NULL, NaN and negative count 0), before a unit''s scores are summed. Written into plans by pg_exp_mech.';
-COMMENT ON FUNCTION dp_unit_numeric_score(numeric) IS
-  'A numeric score as the selection aggregates read it, in double precision (NULL, NaN and negative count 0). Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_score(double precision, double precision) IS
+  'A row''s score as the selection aggregates read it (NULL, NaN and negative count 0, clamped to max_score), in units of max_score, before a unit''s scores are summed. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_numeric_score(numeric, double precision) IS
+  'A numeric score as the selection aggregates read it, in double precision (NULL, NaN and negative count 0, clamped to max_score), in units of max_score. Written into plans by pg_exp_mech.';
+COMMENT ON FUNCTION dp_unit_total(double precision, double precision) IS
+  'A privacy unit''s score for an item: its sum of dp_unit_score, clamped to 1, times max_score. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_group_order(bigint, bigint) IS
   'The place of a (privacy unit, group) pair in its unit''s random order of groups (SipHash under the statement''s secret key); each unit keeps its first L groups. Written into plans by pg_exp_mech.';
 COMMENT ON FUNCTION dp_unit_priority() IS
@@ -177,6 +200,7 @@ COMMENT ON FUNCTION dp_max_items_per_unit() IS
         dp_unit_share,
         dp_unit_score,
         dp_unit_numeric_score,
+        dp_unit_total,
         dp_unit_group_order,
         dp_unit_priority,
         dp_unit_of_null,

@@ -100,6 +100,16 @@ unsafe extern "C-unwind" fn check_label(
     if !matches!(kind, b'r' | b'p' | b'f') {
         invalid("a privacy unit is declared on a column of a table (a view's rows are protected through its tables)".into());
     }
+    // A label turns on the checks of DP queries over people in every session of the
+    // database (functions must be declared): one session's temporary table, which any
+    // role may create, would switch them on for all (red team, 2026-11-27).
+    // SAFETY: a catalog lookup of an existing relation.
+    if unsafe { pg_sys::get_rel_persistence(relation) } as u8 == pg_sys::RELPERSISTENCE_TEMP {
+        invalid(
+            "a privacy unit is declared on a column of a permanent table, not a temporary one"
+                .into(),
+        );
+    }
     if let Some(label) = &label {
         if label != PRIVACY_UNIT && label != REFERENCES_PRIVACY_UNIT {
             invalid(format!(

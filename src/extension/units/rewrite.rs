@@ -9,12 +9,12 @@
 //! becomes (L = max_groups_per_unit, m = max_values_per_unit, read when the plan runs)
 //!
 //! ```sql
-//! SELECT g, dp_argmax(item, score_1, dp_unit_share(ε, L)) FILTER (WHERE group_rank <= L AND first_1 = 1),
+//! SELECT g, dp_argmax(item, dp_unit_total(score_1, 1), dp_unit_share(ε, L)) FILTER (WHERE group_rank <= L AND first_1 = 1),
 //!        dp_quantile(v, α, lo, hi, dp_unit_share(ε, L·m)) FILTER (WHERE group_rank <= L AND sample_2 <= m)
 //!   FROM (SELECT <the columns the level reads>,
 //!                dense_rank() OVER (PARTITION BY unit ORDER BY keyed_hash(unit, g), g) AS group_rank,
 //!                row_number() OVER (PARTITION BY unit, g, item) AS first_1,
-//!                sum(dp_unit_score(score)) OVER (PARTITION BY unit, g, item) AS score_1,
+//!                sum(dp_unit_score(score, 1)) OVER (PARTITION BY unit, g, item) AS score_1,
 //!                row_number() OVER (PARTITION BY unit, g ORDER BY v IS NULL, dp_unit_priority()) AS sample_2
 //!           FROM <from> WHERE <where>) AS privacy_unit_bounded
 //!  GROUP BY g
@@ -22,16 +22,17 @@
 //!
 //! Each unit keeps the L groups with the smallest keyed hashes (a choice that depends
 //! only on its own groups and the statement's key); within a group a selection
-//! aggregate sees one row per (unit, item) whose score is the unit's sum (the aggregate
-//! clamps it to max_score: range max_score per unit, PRIVACY.md §1), a quantile a
+//! aggregate sees one row per (unit, item) whose score is the unit's sum (summed in units
+//! of max_score, 1 here, so that no sum overflows; clamped to max_score: range
+//! max_score per unit, PRIVACY.md §1), a quantile a
 //! uniform sample of m of the unit's values, dp_partition one row per unit. Each group's
 //! ε (and δ) is divided by the releases one unit takes part in; `dp_unit_share` keeps
 //! the statement's total visible, and the metering hook charges that. The pre-bounding
 //! is PostgreSQL's own plan: sorts and window aggregates, which spill to disk.
 
 use super::expressions::{
-    arithmetic, call, collated, compare, copy, has_ordering, hashed, int8, list, row, unhashable,
-    when_null,
+    arithmetic, call, collated, compare, copy, float8, has_ordering, hashed, int8, list, row,
+    unhashable, when_null,
 };
 use super::follow::{refusal, Source};
 use super::Calls;
@@ -53,6 +54,7 @@ pub(crate) struct Functions {
     share: Oid,
     score: Oid,
     numeric_score: Oid,
+    total: Oid,
     group_order: Oid,
     priority: Oid,
     of_null: Oid,
@@ -131,8 +133,12 @@ pub(crate) fn functions() -> Functions {
     let known = Functions {
         fragment: find("dp_fragment", &[pg_sys::BOOLOID]),
         share: find("dp_unit_share", &[pg_sys::FLOAT8OID, pg_sys::INT8OID]),
-        score: find("dp_unit_score", &[pg_sys::FLOAT8OID]),
-        numeric_score: find("dp_unit_numeric_score", &[pg_sys::NUMERICOID]),
+        score: find("dp_unit_score", &[pg_sys::FLOAT8OID, pg_sys::FLOAT8OID]),
+        numeric_score: find(
+            "dp_unit_numeric_score",
+            &[pg_sys::NUMERICOID, pg_sys::FLOAT8OID],
+        ),
+        total: find("dp_unit_total", &[pg_sys::FLOAT8OID, pg_sys::FLOAT8OID]),
         group_order: find("dp_unit_group_order", &[pg_sys::INT8OID, pg_sys::INT8OID]),
         priority: find("dp_unit_priority", &[]),
         of_null: find("dp_unit_of_null", &[]),
@@ -490,7 +496,13 @@ pub unsafe fn bound(
                     partition.push(reference);
                     let numeric = pg_sys::exprType(arguments[1].cast()) == pg_sys::NUMERICOID;
                     let read = if numeric { f.numeric_score } else { f.score };
-                    let score = call(read, pg_sys::FLOAT8OID, &[copy(arguments[1])]);
+                    // In units of max_score (the forms without it read 1), summed
+                    // without overflow and scaled back (dp_unit_score, dp_unit_total).
+                    let max_score = || match form.positions.max_score {
+                        Some(position) => copy(arguments[position]),
+                        None => float8(1.0),
+                    };
+                    let score = call(read, pg_sys::FLOAT8OID, &[copy(arguments[1]), max_score()]);
                     let columns = inner.window(
                         &partition,
                         &[],
@@ -511,16 +523,21 @@ pub unsafe fn bound(
                             ),
                         ],
                     );
+                    let score = call(
+                        f.total,
+                        pg_sys::FLOAT8OID,
+                        &[columns[1].cast(), max_score()],
+                    );
                     // The numeric overload reads the sum back in numeric (exact for a
-                    // double, ±Infinity included).
+                    // double).
                     let score = if numeric {
                         call(
                             Oid::from(pg_sys::F_NUMERIC_FLOAT8),
                             pg_sys::NUMERICOID,
-                            &[columns[1].cast()],
+                            &[score],
                         )
                     } else {
-                        columns[1].cast()
+                        score
                     };
                     let mut keep = compare("=", columns[0].cast(), one);
                     let mut delta_divisor = grouped.then(groups_divisor);

@@ -601,6 +601,69 @@ mod tests {
         run(&["RESET ROLE"]);
     }
 
+    /// The sixth round (2026-11-27): one person's scores summed past the largest double
+    /// failed the statement (22003) only when that person's rows existed; a whole-row
+    /// reference to a subquery over a labelled table released each row's unit.
+    #[pg_test]
+    fn units_red_team_round_six_stays_fixed() {
+        run(&[
+            "CREATE TABLE pv6(user_id int, page text, score float8)",
+            "INSERT INTO pv6 SELECT u, 'docs', 1 FROM generate_series(1, 40) u",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv6.user_id IS 'privacy_unit'",
+            "INSERT INTO pv6 VALUES (999, 'other', 1e308), (999, 'other', 1e308), (998, 'docs', 1e308), (998, 'docs', 1e308)",
+            "CREATE VIEW page_only AS SELECT page FROM pv6",
+        ]);
+        for (query, answer) in [
+            (
+                "SELECT dp_argmax(page, score, 1e6, 1, ARRAY['docs', 'pricing']) FROM pv6",
+                "docs",
+            ),
+            (
+                "SELECT dp_argmax(page, score::numeric, 1e6, 1, ARRAY['docs', 'pricing']) FROM pv6",
+                "docs",
+            ),
+            (
+                "SELECT dp_argmax(page, score, 1e6, 1e308, ARRAY['docs', 'pricing']) FROM pv6",
+                "docs",
+            ),
+            (
+                "SELECT dp_top_k_unknown_domain(page, score, 1, 1e6, 1e-6)::text FROM pv6",
+                "{docs}",
+            ),
+        ] {
+            assert_eq!(column(query), [answer], "{query}");
+        }
+        for query in [
+            "SELECT dp_top_k(s::text, 1, 3, 1.0) FROM (SELECT page FROM pv6) s",
+            "SELECT dp_argmax(to_jsonb(s)::text, 1, 1.0) FROM (SELECT page FROM pv6) s",
+            "SELECT dp_argmax(page, 1, 1.0) FROM (SELECT page FROM pv6) s WHERE s IS NOT NULL",
+            "SELECT dp_top_k(r::text, 1, 3, 1.0) FROM page_only r",
+            "SELECT dp_argmax(page, 1, 1.0) FROM page_only r WHERE EXISTS (SELECT 1 WHERE r::text <> '')",
+        ] {
+            assert_eq!(
+                error_of(query),
+                "0A000: rows of table \"pv6\", whose privacy unit is column \"user_id\", reach dp_argmax through a whole-row reference to a subquery or view over it (s, s.*, to_jsonb(s)), which would carry each row's unit: name the columns instead"
+                    .replace("dp_argmax", if query.contains("dp_top_k") { "dp_top_k" } else { "dp_argmax" }),
+                "{query}"
+            );
+        }
+        // Scores summed in units of max_score and scaled back: 0.5 a row, max_score 2, so
+        // S/max_score is b 3.5 → 1; c 1.5/2 + 1 = 1.75; d 1 + 0.5 + 1 = 2.5.
+        many_rows_table("halves");
+        run(&["UPDATE halves SET score = 0.5"]);
+        let counts = counts_of(
+            &frequencies(
+                "SELECT dp_argmax(item, score, 1.0, 2, ARRAY['a', 'b', 'c', 'd']) FROM halves GROUP BY g",
+            ),
+            &ITEMS,
+        );
+        assert_matches_distribution(
+            &counts,
+            &softmax(&[0.0, 1.0, 1.75, 2.5], 1.0),
+            &softmax(&[0.0, 0.5, 0.875, 1.25], 1.0),
+        );
+    }
+
     /// Unlabelled, the same table keeps row semantics (exp(ε·clamped rows)); labelling it
     /// re-plans a prepared statement, and removing the label restores rows.
     #[pg_test]
@@ -841,6 +904,7 @@ mod tests {
         run(&[
             "CREATE TABLE declared(person int, other int)",
             "CREATE VIEW declared_view AS SELECT * FROM declared",
+            "CREATE TEMP TABLE declared_temp(person int)",
             "CREATE TABLE parted(person int, item text) PARTITION BY LIST (item)",
             "CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a')",
             "SECURITY LABEL FOR pg_exp_mech ON COLUMN parted.person IS 'privacy_unit'",
@@ -857,6 +921,10 @@ mod tests {
             (
                 "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_view.person IS 'privacy_unit'",
                 "22023: a privacy unit is declared on a column of a table (a view's rows are protected through its tables)",
+            ),
+            (
+                "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_temp.person IS 'privacy_unit'",
+                "22023: a privacy unit is declared on a column of a permanent table, not a temporary one",
             ),
         ] {
             assert_eq!(error_of(statement), error, "{statement}");
@@ -1042,7 +1110,7 @@ mod tests {
         ]);
         assert_eq!(
             error_of("SELECT dp_argmax(item, score, 5.0, 1, ARRAY['a', 'b']) FROM all_hijacked()"),
-            "0A000: dp_argmax cannot run with function all_hijacked() where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, its owner may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION all_hijacked() IS 'reads_no_tables'"
+            "0A000: dp_argmax cannot run with function all_hijacked() where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, a superuser may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION all_hijacked() IS 'reads_no_tables'"
         );
         assert_eq!(
             error_of("SELECT * FROM dp_hidden()"),
