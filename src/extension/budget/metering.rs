@@ -231,6 +231,7 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
         if found.registered.is_none() {
             return;
         }
+        super::recheck::refuse_dp_in_rechecked_subplans(query);
         // A plan made before this library was loaded missed the planner hook, and so the
         // bounding by privacy unit.
         if !super::shared::preloaded() {

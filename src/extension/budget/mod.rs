@@ -31,6 +31,7 @@ mod cost;
 mod identity;
 mod late_start;
 mod metering;
+mod recheck;
 mod shared;
 mod sql;
 mod statistics;
