@@ -6,10 +6,13 @@
 //!   instead of once per row;
 //! - every DP aggregate over rows of a table with a privacy unit is bounded per unit
 //!   (`units`: the rewrite lives there);
+//! - conditions that call functions that are not leakproof stay above the DP views they
+//!   filter (`barrier_quals`);
 //! - a budgeted role's DP statement is planned with statistics counters off;
 //! - under Citus, DP aggregates are finalized on the coordinator, where the one budget
 //!   meters them (`citus`).
 
+mod barrier_quals;
 mod parameters;
 
 use crate::extension::budget::{count_again, session_is_budgeted, Silence};
@@ -47,6 +50,7 @@ unsafe extern "C-unwind" fn plan_query(
         // After the parameters became init-plans: the share of each group wraps them.
         if dp {
             crate::extension::units::bound_by_units(parse);
+            barrier_quals::keep_leaky_conditions_above_dp_views(parse);
         }
         let (parse, prepared) = if distributed {
             let (parse, prepared) = citus::prepare(parse, bound_parameters);
