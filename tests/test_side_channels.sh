@@ -205,4 +205,30 @@ assert_eq "$(first_error <<<"$out")" "0A000: columns of type numeric read per gr
 out="$(analyst -c "SELECT * FROM v_top_tag" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "0A000: items of type text under the nondeterministic collation \"ignore_case\" cannot be answered without candidates: $several; compare the items under a deterministic collation (COLLATE \"C\"), or list the candidates (answered as listed)" "case-insensitive items"
 assert_eq "$(spent)" "$before" "a refused statement is not charged"
+echo "7. the analyst's functions and the server's LOG messages do not count a DP view's rows"
+# A function that reads no column rode a leakproof comparison below the view's DP
+# aggregate, once per raw row (its NOTICEs counted the rows); trace_sort reported a sort's
+# memory under the aggregate (about 55 bytes a row) to client_min_messages = log.
+ticks() {
+    analyst -f - 2>&1 <<SQL | grep -c "NOTICE:.*tick" || true
+CREATE FUNCTION pg_temp.tick() RETURNS text LANGUAGE plpgsql STABLE AS \$\$ BEGIN RAISE NOTICE 'tick'; RETURN ''; END \$\$;
+SELECT count(*) FROM v_cs_all WHERE native_country = '$1' AND native_country <> pg_temp.tick();
+SQL
+}
+sort_log() {
+    analyst -f - 2>&1 <<SQL | grep -v "^[0-9]*$" || true
+SET trace_sort = on; SET client_min_messages = log; SET enable_hashagg = off;
+SELECT count(*) FROM v_country_part WHERE native_country IN ('$1', 'Nowhere');
+SQL
+}
+# (Keys that have rows: v_cs_all releases a group for each, its keys being the DBA's
+# choice to show.)
+one="$(ticks Holand-Netherlands)" one_log="$(sort_log Holand-Netherlands)"
+for key in Hungary Germany United-States; do
+    assert_eq "$(ticks "$key")" "$one" "the analyst's function's calls, key $key"
+done
+for key in Germany United-States Atlantis; do
+    assert_eq "$(sort_log "$key")" "$one_log" "LOG messages to the analyst, key $key"
+done
+assert_eq "$(grep -c "sort" <<<"$one_log")" "0" "no trace_sort line reaches the analyst"
 echo "side channels: ok"
