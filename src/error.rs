@@ -27,6 +27,12 @@ pub enum Error {
     /// The item type has no default hash operator class.
     #[error("could not identify a hash function for type {type_name}: items must have a default hash operator class")]
     NoHashFunction { type_name: String },
+    /// ORDER BY inside a DP aggregate's call.
+    #[error("ORDER BY inside {aggregate}(...) is not accepted: its answer does not depend on the order of its rows; drop the ORDER BY")]
+    OrderedCall { aggregate: &'static str },
+    /// Items of a collatable type whose inputs' implicit collations conflict.
+    #[error("could not determine which collation to use for items of type {type_name}: their inputs' collations conflict; set one with the COLLATE clause")]
+    IndeterminateCollation { type_name: String },
     /// A released value's type spells equal values in more than one way (spellings.rs).
     #[error("{values} of type {type_name}{collation} {refusal}: values that compare equal can be spelled differently, and the answer would show a row's spelling; {remedy}")]
     SeveralSpellings {
@@ -91,7 +97,7 @@ pub enum Error {
     },
     /// Where privacy units are declared, a DP query calls a function whose body the
     /// planner hook cannot see.
-    #[error("{aggregate} cannot run with function {function} where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, its owner may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION {function} IS 'reads_no_tables'")]
+    #[error("{aggregate} cannot run with function {function} where privacy units are declared: its body may read a table with a privacy unit out of pg_exp_mech's sight; if it reads no table, a superuser may declare it with SECURITY LABEL FOR pg_exp_mech ON FUNCTION {function} IS 'reads_no_tables'")]
     OpaqueFunction { function: String, aggregate: String },
     /// A SECURITY LABEL FOR pg_exp_mech that is not a privacy unit on a table's column.
     #[error("{reason}")]
@@ -143,12 +149,15 @@ impl Error {
             | Error::InvalidLabel { .. } => "22023",
             // undefined_function, as PostgreSQL's own "could not identify a hash function"
             Error::NoHashFunction { .. } => "42883",
+            // indeterminate_collation
+            Error::IndeterminateCollation { .. } => "42P22",
             // feature_not_supported: a support function called outside an aggregate, a
             // DP aggregate finalized in a plan node the executor hook could not meter
             // (refused, fails closed), or a released type spelling equal values in
             // several ways (as PostgreSQL's own refusals of nondeterministic collations)
             Error::NotInAggregate { .. }
             | Error::SeveralSpellings { .. }
+            | Error::OrderedCall { .. }
             | Error::NotMetered { .. }
             | Error::UnitNotFollowed { .. }
             | Error::OpaqueFunction { .. }

@@ -167,16 +167,23 @@ pub fn group_column_spellings(type_oid: Oid, collation: Oid) -> Error {
     )
 }
 
-/// `remedies`: for a type, and for a nondeterministic collation.
+/// `remedies`: for a type, and for a collation (nondeterministic, or none: a collatable
+/// type whose inputs' implicit collations conflict has no collation, and PostgreSQL's
+/// hashing of text would raise an ERROR at its first row).
 fn several_spellings(
     (values, refusal): (&'static str, &'static str),
     type_oid: Oid,
     collation: Oid,
     remedies: [&'static str; 2],
 ) -> Error {
+    // SAFETY: a catalog lookup of the type the statement names.
+    let without_collation =
+        collation == pg_sys::InvalidOid && unsafe { pg_sys::type_is_collatable(type_oid) };
     let nondeterministic = collation != pg_sys::InvalidOid && !is_deterministic(collation);
-    let remedy = remedies[nondeterministic as usize];
-    let collation = if !nondeterministic {
+    let remedy = remedies[(nondeterministic || without_collation) as usize];
+    let collation = if without_collation {
+        " under no collation (its inputs' collations conflict)".to_string()
+    } else if !nondeterministic {
         String::new()
     } else {
         // SAFETY: a catalog lookup of the collation the statement names.
@@ -253,6 +260,14 @@ pub unsafe fn check_released(
 pub fn check_items(aggregate: &Aggregate, arity: usize, item_type: Oid, collation: Oid) {
     if aggregate.family != Family::Selection {
         return;
+    }
+    // PostgreSQL's text hashing would raise this at the first row only: an empty list of
+    // candidates answered NULL without rows and failed with them (red team, 2026-11-27).
+    // SAFETY: a catalog lookup of the type the plan names.
+    if collation == pg_sys::InvalidOid && unsafe { pg_sys::type_is_collatable(item_type) } {
+        raise(Error::IndeterminateCollation {
+            type_name: crate::extension::items::type_name(item_type),
+        });
     }
     let item_type = ItemType::lookup(item_type, collation).or_raise();
     let form = aggregate.form(arity);
@@ -461,7 +476,9 @@ mod tests {
     const SEVERAL: &str = "values that compare equal can be spelled differently, and the answer would show a row's spelling";
     /// The remedy the refusals give: for a type, or for a nondeterministic collation.
     fn remedy(type_name: &str, items: bool) -> &'static str {
-        match (type_name.contains("nondeterministic"), items) {
+        let collation =
+            type_name.contains("nondeterministic") || type_name.contains("no collation");
+        match (collation, items) {
             (false, true) => "cast the items to text (each spelling then its own item), or list the candidates (answered as listed)",
             (true, true) => "compare the items under a deterministic collation (COLLATE \"C\"), or list the candidates (answered as listed)",
             (false, false) => "group by a cast to text (each spelling then its own group)",
@@ -550,7 +567,7 @@ mod tests {
     fn items_spelled_several_ways_need_candidates() {
         run(&[
             "CREATE COLLATION ignore_case (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
-            "CREATE TABLE several (t text COLLATE ignore_case, i interval, j jsonb, c char(3), g int)",
+            "CREATE TABLE several (t text COLLATE ignore_case, i interval, j jsonb, c char(3), g int, u text COLLATE \"C\")",
             "INSERT INTO several VALUES ('a', '24 hours', '{\"x\": 1.0}', 'ab', 1), ('A', '1 day', '{\"x\": 1.00}', 'ab ', 1)",
             "CREATE TABLE none_yet (LIKE several)",
         ]);
@@ -576,6 +593,21 @@ mod tests {
                 format!("SELECT {call} OVER () FROM none_yet"),
             ] {
                 assert_eq!(error_of(&query), refused_items(type_name), "{query}");
+            }
+        }
+        // Implicit collations that conflict leave the items without one: refused from the
+        // plan in every form (an empty list of candidates answered NULL without rows).
+        for call in [
+            "dp_argmax(t || u, 1, 1.0)",
+            "dp_argmax(t || u, 1, 1.0, 1, '{}')",
+            "dp_top_k(t || u, 1, 1, 1.0, 1, ARRAY['a'])",
+        ] {
+            for table in ["several", "none_yet"] {
+                assert_eq!(
+                    error_of(&format!("SELECT {call} FROM {table}")),
+                    "42P22: could not determine which collation to use for items of type text: their inputs' collations conflict; set one with the COLLATE clause",
+                    "{call} FROM {table}"
+                );
             }
         }
         // With candidates, the answer is a candidate as listed.

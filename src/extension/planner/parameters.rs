@@ -64,6 +64,12 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
             let aggref = node as *mut pg_sys::Aggref;
             if let Some(aggregate) = dp_aggregate((*aggref).aggfnoid) {
                 *walk.found = true;
+                // Its sort keys would count as arguments: the form of another arity.
+                if !(*aggref).aggorder.is_null() {
+                    crate::extension::raise(crate::error::Error::OrderedCall {
+                        aggregate: aggregate.name,
+                    });
+                }
                 if wrap_stable_parameters(aggref, aggregate) {
                     (*walk.query).hasSubLinks = true;
                 }
@@ -154,5 +160,34 @@ unsafe fn once_per_loop(expression: *mut pg_sys::Node) -> *mut pg_sys::SubLink {
         sublink.subselect = select.into_pg().cast();
         sublink.location = -1;
         sublink.into_pg()
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use crate::extension::sql_testing::{error_of, run};
+    use pgrx::prelude::*;
+
+    /// ORDER BY inside a DP call made its sort keys count as arguments: a form of
+    /// another arity read an int as max_score (NaN), or none matched (a panic, XX000).
+    #[pg_test]
+    fn ordered_dp_calls_are_refused() {
+        run(&["CREATE TABLE pages (page text, n int)"]);
+        for (call, name) in [
+            ("dp_argmax(page, 1, 1.0 ORDER BY -5)", "dp_argmax"),
+            ("dp_argmax(page, 1, 1.0 ORDER BY page)", "dp_argmax"),
+            ("dp_quantile(n, 0.5, 0, 10, 1.0 ORDER BY n)", "dp_quantile"),
+        ] {
+            assert_eq!(
+                error_of(&format!("SELECT {call} FROM pages")),
+                format!("0A000: ORDER BY inside {name}(...) is not accepted: its answer does not depend on the order of its rows; drop the ORDER BY"),
+                "{call}"
+            );
+        }
+        assert_eq!(
+            error_of("SELECT page FROM pages GROUP BY page HAVING dp_partition(1, 1e-6 ORDER BY page)"),
+            "0A000: ORDER BY inside dp_partition(...) is not accepted: its answer does not depend on the order of its rows; drop the ORDER BY"
+        );
     }
 }
