@@ -195,6 +195,43 @@ mod tests {
         }
     }
 
+    /// An item longer than 1 MiB (detoasted) is skipped, as a NULL item is, in a serial
+    /// and in a parallel plan alike, wherever it is stored: one item of nearly 1 GB made a
+    /// parallel worker's state too large for a bytea (XX000) and not a serial plan's.
+    #[pg_test]
+    fn items_longer_than_a_mebibyte_are_skipped() {
+        run(&[
+            "CREATE TABLE long_items (item text, n int)",
+            "ALTER TABLE long_items ALTER COLUMN item SET STORAGE MAIN",
+            "ALTER TABLE long_items SET (parallel_workers = 2)",
+            "INSERT INTO long_items SELECT 'short-' || s, i FROM generate_series(0, 2) s, generate_series(1, 12 - s) i",
+            // Stored compressed: skipped. Exactly the limit, its header included: counted.
+            "INSERT INTO long_items SELECT repeat('x', 1048577), i FROM generate_series(1, 20) i",
+            "INSERT INTO long_items VALUES (repeat('y', 1048576 - 4), 0)",
+            "ANALYZE long_items",
+        ]);
+        let query = "SELECT dp_top_k_unknown_domain(item, 1, 5, 1e6, 1e-6)::text FROM long_items";
+        let serial = column(query);
+        assert_eq!(
+            serial,
+            ["{short-0,short-1,short-2}"],
+            "the 20 long rows are skipped"
+        );
+        assert_eq!(
+            column("SELECT length(dp_argmax(item, 1, 1e6, 1, ARRAY['short-0', repeat('y', 1048572)]))::text FROM long_items WHERE n = 0"),
+            ["1048572"],
+            "an item of 1 MiB counts"
+        );
+        force_parallel_plans();
+        assert_parallel(query);
+        assert_eq!(column(query), serial);
+        // Computed in the query, not stored.
+        assert_eq!(
+            column("SELECT dp_argmax(x, 1, 1e6) FROM (SELECT CASE WHEN i <= 50 THEN repeat('z', 1048577) ELSE 'b' END FROM generate_series(1, 60) i) v(x)"),
+            ["b"]
+        );
+    }
+
     /// A row whose item the group's table holds is added in place, outside pgrx's guard
     /// (item_scores::add_row_in_place): its score clamps to [0, max_score], NaN and NULL
     /// count 0, NULL items are skipped, and rows of an item outside the candidates are

@@ -368,6 +368,10 @@ impl State for ItemScores {
     #[inline]
     unsafe fn add_row(&mut self, row: &CallArguments) {
         if let Some(item) = row.datum(1) {
+            // SAFETY: a non-NULL item argument of the transition call, of the item type.
+            if unsafe { self.item_type.too_long(item) } {
+                return;
+            }
             // NULL items are skipped; NULL or NaN scores count 0; ±∞ clamp
             // (../shared/PRIVACY.md, section 6: clamp, never error, on data).
             let score = if self.numeric_scores {
