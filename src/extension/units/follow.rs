@@ -80,6 +80,9 @@ pub unsafe fn unit_of_query(
             match (*rte).rtekind {
                 pg_sys::RTEKind::RTE_RELATION => {
                     if let Some(unit) = unit_of((*rte).relid) {
+                        if unit.attribute == super::labels::DISAGREEING_TREE {
+                            return Err(refusal(&unit, aggregate, "through a partition or inheritance tree whose tables label differently named columns as their unit: label one column name throughout"));
+                        }
                         if unit.attribute <= 0 {
                             return Err(refusal(&unit, aggregate, "through a parent table that lacks the unit column of its labelled child: label a column of the parent that every child has"));
                         }
@@ -193,6 +196,17 @@ pub unsafe fn unit_of_query(
             if let Some(unit) = first_protected(expressions) {
                 return Err(refusal(&unit, aggregate, "through a subquery in WHERE, ON, the select list or HAVING (IN, EXISTS or a scalar subquery), which combines rows of different units: join the table in FROM instead"));
             }
+        }
+        // Which rows a table sample keeps, and a window's frame: likewise.
+        let samples = rtable
+            .iter()
+            .map(|&rte| (*rte).tablesample as *mut pg_sys::Node);
+        let frames = PgList::<pg_sys::WindowClause>::from_pg((*query).windowClause)
+            .iter_ptr()
+            .flat_map(|window| [(*window).startOffset, (*window).endOffset])
+            .collect::<Vec<_>>();
+        if let Some(unit) = samples.chain(frames).find_map(|e| first_protected(e)) {
+            return Err(refusal(&unit, aggregate, "through a subquery in TABLESAMPLE or in a window's frame, which combines rows of different units: give a constant"));
         }
         // How many rows come out must not depend on protected rows either.
         for expressions in [(*query).limitCount, (*query).limitOffset] {

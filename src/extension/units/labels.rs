@@ -97,8 +97,10 @@ unsafe extern "C-unwind" fn check_label(
     }
     // SAFETY: catalog lookups of an existing relation (PostgreSQL resolved it).
     let kind = unsafe { pg_sys::get_rel_relkind(relation) } as u8;
-    if !matches!(kind, b'r' | b'p' | b'f') {
-        invalid("a privacy unit is declared on a column of a table (a view's rows are protected through its tables)".into());
+    // A materialized view's rows are a copy, no longer its tables' (red team,
+    // 2026-11-27: one over a labelled table answered per row): it is labelled as a table.
+    if !matches!(kind, b'r' | b'p' | b'f' | b'm') {
+        invalid("a privacy unit is declared on a column of a table or materialized view (a view's rows are protected through its tables)".into());
     }
     // A label turns on the checks of DP queries over people in every session of the
     // database (functions must be declared): one session's temporary table, which any
@@ -148,6 +150,18 @@ unsafe extern "C-unwind" fn check_label(
         if let Some(others) = others {
             invalid(format!("this table's privacy unit is already column {others}: remove that label first (IS NULL)"));
         }
+        // One unit column name for a whole partition or inheritance tree: a parent reads
+        // its children's rows by the name it finds first.
+        // SAFETY: a column of an existing relation; catalog scans in the transaction.
+        let (name, tree) = unsafe {
+            let name = CStr::from_ptr(pg_sys::get_attname(relation, column as i16, false))
+                .to_string_lossy()
+                .into_owned();
+            (name, unit_columns_in_tree(relation))
+        };
+        if let Some(other) = tree.iter().find(|&other| *other != name) {
+            invalid(format!("a table of this table's partition or inheritance tree has privacy unit column {other}: one tree has one unit column name"));
+        }
     }
     // SAFETY: queues a relation cache invalidation for every backend, sent at commit;
     // the plan cache re-plans every plan over any relation when it arrives.
@@ -174,9 +188,50 @@ fn look_up(relation: Oid) -> Option<Unit> {
     // REPEATABLE READ transaction would keep from before a label was added).
     unsafe {
         let mut seen = vec![relation];
-        nearest_labelled(relation, Direction::Parents, &mut seen, true)
-            .or_else(|| nearest_labelled(relation, Direction::Children, &mut seen, false))
+        let mut unit = nearest_labelled(relation, Direction::Parents, &mut seen, true)
+            .or_else(|| nearest_labelled(relation, Direction::Children, &mut seen, false))?;
+        // Tables labelled on differently named columns in one tree (labelled before they
+        // were attached): one unit column would stand for all, the wrong one for some.
+        if unit_columns_in_tree(relation).len() > 1 {
+            unit.attribute = DISAGREEING_TREE;
+        }
+        Some(unit)
     }
+}
+
+/// The attribute of a [`Unit`] read through a partition or inheritance tree whose tables
+/// label differently named columns: refused by the planner hook.
+pub const DISAGREEING_TREE: i16 = -1;
+
+/// The names of the columns labelled as units in the partition or inheritance tree of
+/// `relation` (its ancestors, its descendants, theirs), each once.
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn unit_columns_in_tree(relation: Oid) -> Vec<String> {
+    let mut tree = vec![relation];
+    let mut names: Vec<String> = Vec::new();
+    let mut i = 0;
+    // SAFETY: catalog scans of existing relations, as the caller guarantees.
+    unsafe {
+        while i < tree.len() {
+            let current = tree[i];
+            if let Some(unit) = unit_named_by(current, current) {
+                if !names.contains(&unit.column) {
+                    names.push(unit.column);
+                }
+            }
+            for direction in [Direction::Parents, Direction::Children] {
+                for next in inheritance(current, direction) {
+                    if !tree.contains(&next) {
+                        tree.push(next);
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+    names
 }
 
 /// Breadth first from `relation` (itself included when `itself`), the first relation

@@ -603,7 +603,9 @@ mod tests {
 
     /// The sixth round (2026-11-27): one person's scores summed past the largest double
     /// failed the statement (22003) only when that person's rows existed; a whole-row
-    /// reference to a subquery over a labelled table released each row's unit.
+    /// reference to a subquery over a labelled table released each row's unit; subqueries
+    /// over one in TABLESAMPLE and window frames were not refused; partitions labelled
+    /// on different columns were read by the first one found.
     #[pg_test]
     fn units_red_team_round_six_stays_fixed() {
         run(&[
@@ -612,7 +614,20 @@ mod tests {
             "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv6.user_id IS 'privacy_unit'",
             "INSERT INTO pv6 VALUES (999, 'other', 1e308), (999, 'other', 1e308), (998, 'docs', 1e308), (998, 'docs', 1e308)",
             "CREATE VIEW page_only AS SELECT page FROM pv6",
+            "CREATE TABLE pub6(k int, page text)",
+            "INSERT INTO pub6 SELECT g, 'docs' FROM generate_series(1, 100) g",
         ]);
+        // The red team's TABLESAMPLE and window frame read a labelled table.
+        for query in [
+            "SELECT dp_argmax(page, 1, 1.0, 1, ARRAY['docs']) FROM pub6 TABLESAMPLE BERNOULLI ((SELECT count(*) FROM pv6 WHERE user_id = 1) / 20.0)",
+            "SELECT dp_argmax(page, 1, 1.0, 1, ARRAY['docs']), count(*) OVER (ROWS BETWEEN (SELECT count(*) FROM pv6 WHERE user_id = 1) PRECEDING AND CURRENT ROW) FROM pub6",
+        ] {
+            assert_eq!(
+                error_of(query),
+                "0A000: rows of table \"pv6\", whose privacy unit is column \"user_id\", reach dp_argmax through a subquery in TABLESAMPLE or in a window's frame, which combines rows of different units: give a constant",
+                "{query}"
+            );
+        }
         for (query, answer) in [
             (
                 "SELECT dp_argmax(page, score, 1e6, 1, ARRAY['docs', 'pricing']) FROM pv6",
@@ -645,6 +660,45 @@ mod tests {
                 "0A000: rows of table \"pv6\", whose privacy unit is column \"user_id\", reach dp_argmax through a whole-row reference to a subquery or view over it (s, s.*, to_jsonb(s)), which would carry each row's unit: name the columns instead"
                     .replace("dp_argmax", if query.contains("dp_top_k") { "dp_top_k" } else { "dp_argmax" }),
                 "{query}"
+            );
+        }
+        // A materialized view is labelled as a table is.
+        run(&[
+            "CREATE TABLE pv6_heavy(user_id int, page text)",
+            "INSERT INTO pv6_heavy SELECT 1, 'pricing' FROM generate_series(1, 2000)",
+            "INSERT INTO pv6_heavy SELECT u, 'docs' FROM generate_series(2, 40) u",
+            "CREATE MATERIALIZED VIEW pv6_copy AS SELECT * FROM pv6_heavy",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN pv6_copy.user_id IS 'privacy_unit'",
+        ]);
+        assert_eq!(
+            column("SELECT dp_argmax(page, 1, 5.0, 1, ARRAY['docs', 'pricing']) FROM pv6_copy"),
+            ["docs"]
+        );
+        // Partitions labelled on differently named columns: refused when labelled, and,
+        // labelled before they were attached, when read (one name stood for all).
+        run(&[
+            "CREATE TABLE ev(a int, b int, item text) PARTITION BY LIST (item)",
+            "CREATE TABLE ev_x PARTITION OF ev FOR VALUES IN ('x')",
+            "CREATE TABLE ev_y PARTITION OF ev FOR VALUES IN ('y')",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN ev_x.a IS 'privacy_unit'",
+        ]);
+        assert_eq!(
+            error_of("SECURITY LABEL FOR pg_exp_mech ON COLUMN ev_y.b IS 'privacy_unit'"),
+            "22023: a table of this table's partition or inheritance tree has privacy unit column a: one tree has one unit column name"
+        );
+        run(&[
+            "CREATE TABLE ev_z(a int, b int, item text)",
+            "SECURITY LABEL FOR pg_exp_mech ON COLUMN ev_z.b IS 'privacy_unit'",
+            "ALTER TABLE ev ATTACH PARTITION ev_z FOR VALUES IN ('z')",
+            "INSERT INTO ev SELECT g, 1, 'z' FROM generate_series(1000, 1499) g",
+        ]);
+        for table in ["ev", "ev_x", "ev_z"] {
+            let refusal = error_of(&format!(
+                "SELECT dp_argmax(item, 1, 1.0, 1, ARRAY['x', 'z']) FROM {table}"
+            ));
+            assert!(
+                refusal.starts_with("0A000: ") && refusal.contains("through a partition or inheritance tree whose tables label differently named columns as their unit: label one column name throughout"),
+                "{table}: {refusal}"
             );
         }
         // Scores summed in units of max_score and scaled back: 0.5 a row, max_score 2, so
@@ -920,7 +974,7 @@ mod tests {
             ),
             (
                 "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_view.person IS 'privacy_unit'",
-                "22023: a privacy unit is declared on a column of a table (a view's rows are protected through its tables)",
+                "22023: a privacy unit is declared on a column of a table or materialized view (a view's rows are protected through its tables)",
             ),
             (
                 "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_temp.person IS 'privacy_unit'",
