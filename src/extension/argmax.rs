@@ -225,6 +225,13 @@ mod tests {
         force_parallel_plans();
         assert_parallel(query);
         assert_eq!(column(query), serial);
+        // A candidate that long is left out too: its rows, matched in place against the
+        // table after a group's first, counted (the group's first was skipped).
+        assert_eq!(
+            column("SELECT string_agg(r, ',') FROM (SELECT left(dp_argmax(x, 1, 1e6, 1, ARRAY['b', repeat('z', 1048577)]), 1) r
+                      FROM (SELECT repeat('z', 1048577) FROM generate_series(1, 3)) v(x), generate_series(1, 4) g GROUP BY g) s"),
+            ["b,b,b,b"]
+        );
         // Computed in the query, not stored.
         assert_eq!(
             column("SELECT dp_argmax(x, 1, 1e6) FROM (SELECT CASE WHEN i <= 50 THEN repeat('z', 1048577) ELSE 'b' END FROM generate_series(1, 60) i) v(x)"),

@@ -134,8 +134,12 @@ impl ItemScores {
             // SAFETY: a non-NULL array argument of the call, of the item type's array type
             // (the aggregate's signature says anyarray of anyelement).
             unsafe {
+                // A candidate longer than MAX_ITEM_BYTES is left out, as its rows are:
+                // rows matched in place against the table would count otherwise.
                 for candidate in item_type.array_elements(array) {
-                    state.add(candidate, 0.0);
+                    if !item_type.too_long(candidate) {
+                        state.add(candidate, 0.0);
+                    }
                 }
             }
             state.table.close();

@@ -18,7 +18,8 @@ use std::ffi::c_void;
 
 /// Refuses the statement of `query` when a concurrent update could make PostgreSQL run
 /// one of its DP aggregates again outside the metering hook's sight: the statement locks
-/// or modifies rows, and a DP aggregate sits in a correlated subplan.
+/// or modifies rows (at its top or in a WITH query), and a DP aggregate sits in a subplan
+/// that is not an init-plan.
 ///
 /// # Safety
 /// `query` must be a query descriptor that standard_ExecutorStart has just started.
@@ -27,6 +28,7 @@ pub unsafe fn refuse_dp_in_rechecked_subplans(query: *mut pg_sys::QueryDesc) {
     unsafe {
         let statement = (*query).plannedstmt;
         let rechecks = !(*statement).rowMarks.is_null()
+            || (*statement).hasModifyingCTE
             || matches!(
                 (*statement).commandType,
                 pg_sys::CmdType::CMD_UPDATE
@@ -35,7 +37,7 @@ pub unsafe fn refuse_dp_in_rechecked_subplans(query: *mut pg_sys::QueryDesc) {
             );
         if rechecks && in_correlated_subplan((*query).planstate, false) {
             raise(Error::NotMetered {
-                reason: "a differentially private aggregate in a correlated subquery of a statement that locks or modifies rows (UPDATE, DELETE, MERGE, FOR UPDATE/SHARE) is not allowed: PostgreSQL would run it again, unmetered, to recheck a row that a concurrent transaction changed; compute it in a WITH query or an uncorrelated subquery".into(),
+                reason: "a differentially private aggregate in a subquery evaluated per row (correlated, or hashed for IN) of a statement that locks or modifies rows (UPDATE, DELETE, MERGE, FOR UPDATE/SHARE, also in WITH) is not allowed: PostgreSQL would run it again, unmetered, to recheck a row that a concurrent transaction changed; compute it in an uncorrelated scalar subquery or in FROM".into(),
             });
         }
     }
@@ -137,7 +139,7 @@ mod tests {
     use crate::extension::sql_testing::{column, error_of, run};
     use pgrx::prelude::*;
 
-    const REFUSED: &str = "0A000: a differentially private aggregate in a correlated subquery of a statement that locks or modifies rows (UPDATE, DELETE, MERGE, FOR UPDATE/SHARE) is not allowed: PostgreSQL would run it again, unmetered, to recheck a row that a concurrent transaction changed; compute it in a WITH query or an uncorrelated subquery";
+    const REFUSED: &str = "0A000: a differentially private aggregate in a subquery evaluated per row (correlated, or hashed for IN) of a statement that locks or modifies rows (UPDATE, DELETE, MERGE, FOR UPDATE/SHARE, also in WITH) is not allowed: PostgreSQL would run it again, unmetered, to recheck a row that a concurrent transaction changed; compute it in an uncorrelated scalar subquery or in FROM";
 
     /// Refused from the plan, with rows or without, before a concurrent update could make
     /// PostgreSQL recheck a row (and run the subplan unmetered, failing only for the groups
@@ -160,6 +162,8 @@ mod tests {
                 format!("UPDATE mine SET v = v WHERE (SELECT count(*) FROM by_country WHERE country = '{country}' AND mine.v > 0) >= 0"),
                 format!("DELETE FROM mine WHERE (SELECT max(age) FROM by_country WHERE country = '{country}' AND mine.v > 0) < 0"),
                 format!("UPDATE mine SET v = (SELECT dp_argmax(age, 1, 1.0, 1, ARRAY[30]) FROM visits WHERE country = '{country}' AND mine.v > 0)"),
+                format!("WITH u AS (UPDATE mine SET v = v WHERE (SELECT count(*) FROM by_country WHERE country = '{country}' AND mine.v > 0) >= 0 RETURNING 1) SELECT count(*) FROM u"),
+                format!("UPDATE mine SET v = v WHERE v::text NOT IN (SELECT country FROM by_country WHERE country = '{country}')"),
             ] {
                 assert_eq!(error_of(&query), REFUSED, "{query}");
             }

@@ -223,6 +223,7 @@ pub struct Silence {
     track_counts: bool,
     track_functions: std::ffi::c_int,
     track_io_timing: bool,
+    client_min_messages: std::ffi::c_int,
     buffers: pg_sys::BufferUsage,
     wal: pg_sys::WalUsage,
     /// The statement's own totals (pg_stat_statements reads them), when it has them.
@@ -248,6 +249,7 @@ impl Silence {
                 track_counts: pg_sys::pgstat_track_counts,
                 track_functions: pg_sys::pgstat_track_functions,
                 track_io_timing: pg_sys::track_io_timing,
+                client_min_messages: pg_sys::client_min_messages,
                 buffers: pg_sys::pgBufferUsage,
                 wal: pg_sys::pgWalUsage,
                 query,
@@ -256,6 +258,10 @@ impl Silence {
             pg_sys::pgstat_track_counts = false;
             pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
             pg_sys::track_io_timing = false;
+            // Messages below NOTICE that are not logged never reach the hook: kept from
+            // the client by its own setting (INFO, always sent, carries nothing of the
+            // executor's).
+            pg_sys::client_min_messages = silence.client_min_messages.max(pg_sys::NOTICE as _);
             SILENCES.set(SILENCES.get() + 1);
             silence
         }
@@ -270,6 +276,7 @@ impl Drop for Silence {
             pg_sys::pgstat_track_counts = self.track_counts;
             pg_sys::pgstat_track_functions = self.track_functions;
             pg_sys::track_io_timing = self.track_io_timing;
+            pg_sys::client_min_messages = self.client_min_messages;
             pg_sys::pgBufferUsage = self.buffers;
             pg_sys::pgWalUsage = self.wal;
             // Totals made during this step (pg_stat_statements allocates them at start)

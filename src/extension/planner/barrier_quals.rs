@@ -1,24 +1,29 @@
-//! Conditions on a DP view stay above its DP aggregates when they call anything that is
-//! not leakproof.
+//! Conditions on a DP view stay above its DP aggregates when anything in the statement
+//! could carry a function that is not leakproof into them.
 //!
 //! PostgreSQL pushes a condition written on a security-barrier view into the view's scan
 //! when every function that reads the view's columns is leakproof
 //! (`contain_leaked_vars`): a function that reads no column passes, wherever it sits.
 //! `WHERE country = 'NL' AND country <> pg_temp.tick()` thus ran the analyst's `tick()`
 //! once per raw row under the aggregate: its NOTICEs counted the rows (red team,
-//! 2026-11-27). PostgreSQL never pushes a condition into a subquery that has a LIMIT
-//! (allpaths.c, `subquery_is_pushdown_safe`), so a view over DP aggregates read by a
-//! statement whose conditions call such a function gets `LIMIT ALL`: no limit, and no
-//! condition below it. Leakproof conditions (built-in comparisons of columns with
-//! constants) are still pushed, which only chooses the groups computed.
+//! 2026-11-27). Such a function also reaches a condition from outside it: a pulled-up
+//! subquery's output (`(SELECT tick() AS t) v ... WHERE country = v.t`), a one-row VALUES
+//! list, a row-level security policy whose equality the planner passes on through an
+//! equivalence class, the analyst's own security-barrier view over the DP view, the
+//! analyst's own DP query over it. So every expression of the statement is read, the
+//! outermost output list excepted (computed last, never part of a condition): a query
+//! level that finalizes DP aggregates gets `LIMIT ALL` when an expression outside it (not
+//! in it nor below it, which is its owner's) calls a function that is not leakproof.
+//! PostgreSQL pushes no condition into a subquery that has a LIMIT (allpaths.c,
+//! `subquery_is_pushdown_safe`). Otherwise leakproof conditions are still pushed, which
+//! only chooses the groups computed.
 
-use crate::extension::budget::dp_aggregate;
 use pgrx::is_a;
 use pgrx::pg_sys::{self, NodeTag};
 use std::ffi::c_void;
 
-/// Keeps every condition of `query` (and of the queries inside it) above the DP views it
-/// reads, when any condition of the statement calls a function that is not leakproof.
+/// Gives each query level inside `query` that finalizes DP aggregates `LIMIT ALL`, when
+/// an expression outside that level calls a function that is not leakproof.
 ///
 /// # Safety
 /// `query` must be a rewritten query about to be planned, which the planner may modify.
@@ -26,14 +31,19 @@ pub unsafe fn keep_leaky_conditions_above_dp_views(query: *mut pg_sys::Query) {
     let mut scan = Scan::default();
     // SAFETY: as the caller guarantees.
     unsafe {
-        scan_query(query, &mut scan);
-        if !scan.leaky {
-            return;
-        }
-        for subquery in scan.dp_views {
-            if (*subquery).limitCount.is_null() && (*subquery).limitOffset.is_null() {
+        scan_query(query, true, &mut Vec::new(), &mut scan);
+        for &level in &scan.dp_levels {
+            let outside = scan
+                .leaks
+                .iter()
+                .any(|within| !within.contains(&(level as usize)));
+            if outside
+                && level != query
+                && (*level).limitCount.is_null()
+                && (*level).limitOffset.is_null()
+            {
                 // LIMIT ALL, as the parser writes it: a NULL bigint.
-                (*subquery).limitCount = pg_sys::makeConst(
+                (*level).limitCount = pg_sys::makeConst(
                     pg_sys::INT8OID,
                     -1,
                     pg_sys::InvalidOid,
@@ -48,85 +58,93 @@ pub unsafe fn keep_leaky_conditions_above_dp_views(query: *mut pg_sys::Query) {
     }
 }
 
-/// What the scan found: the subqueries of security-barrier views that call DP
-/// aggregates, and whether a condition outside them is not leakproof.
+/// What the scan found: the query levels that finalize DP aggregates, and for each
+/// expression that is not leakproof, the levels that finalize DP aggregates it lies in
+/// (each such list once).
 #[derive(Default)]
 struct Scan {
-    dp_views: Vec<*mut pg_sys::Query>,
-    leaky: bool,
+    dp_levels: Vec<*mut pg_sys::Query>,
+    leaks: Vec<Vec<usize>>,
+}
+
+/// The walker's context: the levels that finalize DP aggregates around the node.
+struct Walk<'a> {
+    within: &'a mut Vec<usize>,
+    scan: &'a mut Scan,
 }
 
 /// # Safety
 /// `query` must be a valid Query.
-unsafe fn scan_query(query: *mut pg_sys::Query, scan: &mut Scan) {
-    // SAFETY: fields of a valid Query; its range table holds RangeTblEntries.
+unsafe fn scan_query(
+    query: *mut pg_sys::Query,
+    top: bool,
+    within: &mut Vec<usize>,
+    scan: &mut Scan,
+) {
+    // SAFETY: fields of a valid Query; the walker reads its nodes.
     unsafe {
-        for condition in [(*query).jointree.cast(), (*query).havingQual] {
-            scan.leaky |= leaky(condition);
+        let calls = crate::extension::units::dp_calls(query);
+        let dp_level = !calls.aggregates.is_empty() || calls.window.is_some();
+        if dp_level {
+            scan.dp_levels.push(query);
+            within.push(query as usize);
         }
-        for rte in pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).iter_ptr() {
-            if (*rte).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || (*rte).subquery.is_null() {
-                continue;
-            }
-            if (*rte).security_barrier && calls_dp_aggregates((*rte).subquery) {
-                // The view's own conditions are its owner's.
-                scan.dp_views.push((*rte).subquery);
-            } else {
-                scan_query((*rte).subquery, scan);
-            }
+        // The outermost output list (and RETURNING) is computed last, over the rows of
+        // the conditions.
+        let outputs = top.then(|| {
+            let outputs = ((*query).targetList, (*query).returningList);
+            (*query).targetList = std::ptr::null_mut();
+            (*query).returningList = std::ptr::null_mut();
+            outputs
+        });
+        let mut walk = Walk { within, scan };
+        pg_sys::query_tree_walker(query, Some(scan_walker), (&mut walk as *mut Walk).cast(), 0);
+        if let Some((targets, returning)) = outputs {
+            (*query).targetList = targets;
+            (*query).returningList = returning;
         }
-        // WITH queries and sublinks.
-        pg_sys::query_tree_walker(
-            query,
-            Some(scan_walker),
-            (scan as *mut Scan).cast(),
-            pg_sys::QTW_IGNORE_RT_SUBQUERIES as i32,
-        );
+        if dp_level {
+            walk.within.pop();
+        }
     }
 }
 
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn scan_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
-    // SAFETY: the context is scan_query's Scan; nodes are cast after their tags are
+    // SAFETY: the context is scan_query's Walk; nodes are cast after their tags are
     // checked.
     unsafe {
         if node.is_null() {
             return false;
         }
+        let walk = &mut *(context as *mut Walk);
         if is_a(node, NodeTag::T_Query) {
-            scan_query(node.cast(), &mut *(context as *mut Scan));
+            scan_query(node.cast(), false, walk.within, walk.scan);
             return false;
+        }
+        if leaks(node) && !walk.scan.leaks.contains(walk.within) {
+            walk.scan.leaks.push(walk.within.clone());
         }
         pg_sys::expression_tree_walker(node, Some(scan_walker), context)
     }
 }
 
-/// Whether `condition` (a join tree or an expression, sublinks left out) calls a function
-/// that is not leakproof, or evaluates what can raise an ERROR without calling one (a
-/// domain's check, XML).
+/// Whether `node` itself calls a function that is not leakproof, or evaluates what can
+/// raise an ERROR without calling one (a domain's check, XML). An aggregate is computed
+/// at its own level, over that level's rows (its arguments are read on their own).
 ///
 /// # Safety
-/// `condition` must be a valid node, or NULL.
-unsafe fn leaky(condition: *mut pg_sys::Node) -> bool {
-    // SAFETY: the walker reads the nodes of a valid tree.
-    unsafe { leaky_walker(condition, std::ptr::null_mut()) }
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn leaky_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
-    // SAFETY: nodes are cast by check_functions_in_node after it checks their tags.
+/// `node` must be a valid node.
+unsafe fn leaks(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: check_functions_in_node casts the node after checking its tag.
     unsafe {
-        if node.is_null() || is_a(node, NodeTag::T_Query) {
+        if is_a(node, NodeTag::T_Aggref) || is_a(node, NodeTag::T_WindowFunc) {
             return false;
         }
-        if is_a(node, NodeTag::T_CoerceToDomain)
+        is_a(node, NodeTag::T_CoerceToDomain)
             || is_a(node, NodeTag::T_XmlExpr)
             || is_a(node, NodeTag::T_NextValueExpr)
             || pg_sys::check_functions_in_node(node, Some(not_leakproof), std::ptr::null_mut())
-        {
-            return true;
-        }
-        pg_sys::expression_tree_walker(node, Some(leaky_walker), context)
     }
 }
 
@@ -136,80 +154,73 @@ unsafe extern "C-unwind" fn not_leakproof(function: pg_sys::Oid, _context: *mut 
     !unsafe { pg_sys::get_func_leakproof(function) }
 }
 
-/// Whether `query`, or a query inside it, calls a DP aggregate.
-///
-/// # Safety
-/// `query` must be a valid Query.
-unsafe fn calls_dp_aggregates(query: *mut pg_sys::Query) -> bool {
-    // SAFETY: the walker reads the nodes of a valid Query.
-    unsafe { pg_sys::query_tree_walker(query, Some(dp_walker), std::ptr::null_mut(), 0) }
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn dp_walker(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
-    // SAFETY: nodes are cast after their tags are checked.
-    unsafe {
-        if node.is_null() {
-            return false;
-        }
-        if is_a(node, NodeTag::T_Query) {
-            return pg_sys::query_tree_walker(node.cast(), Some(dp_walker), context, 0);
-        }
-        if is_a(node, NodeTag::T_Aggref)
-            && dp_aggregate((*(node as *mut pg_sys::Aggref)).aggfnoid).is_some()
-        {
-            return true;
-        }
-        if is_a(node, NodeTag::T_WindowFunc)
-            && dp_aggregate((*(node as *mut pg_sys::WindowFunc)).winfnoid).is_some()
-        {
-            return true;
-        }
-        pg_sys::expression_tree_walker(node, Some(dp_walker), context)
-    }
-}
-
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
     use crate::extension::sql_testing::{column, plan, run};
     use pgrx::prelude::*;
 
+    /// The plan's scan of `visits` with its conditions: what runs on raw rows.
+    fn raw_scan(query: &str) -> String {
+        let explained = plan(query);
+        let mut lines = explained
+            .lines()
+            .skip_while(|line| !line.contains("Scan on visits"));
+        let Some(first) = lines.next() else {
+            panic!("{query}:\n{explained}");
+        };
+        let conditions = lines.take_while(|line| !line.contains("->") && line.contains(": "));
+        std::iter::once(first)
+            .chain(conditions)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// The analyst's function that reads no column is not pushed below the view's DP
     /// aggregate (where it ran once per raw row: 5 calls for 5 rows of NL), whether
-    /// stable or volatile; leakproof conditions still choose the groups computed.
+    /// written in the condition or reaching it from elsewhere (the second reviewer's
+    /// five ways); leakproof conditions still choose the groups computed, also in a DP
+    /// view whose own condition is not leakproof.
     #[pg_test]
     fn conditions_that_leak_stay_above_dp_views() {
         run(&[
             "CREATE TABLE visits (country text, age int)",
             "INSERT INTO visits SELECT 'NL', 30 FROM generate_series(1, 5)",
             "INSERT INTO visits SELECT 'BE', 40 FROM generate_series(1, 7)",
+            "CREATE FUNCTION checked(c text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN RETURN true; END $$",
             "CREATE VIEW by_country WITH (security_barrier) AS
                SELECT country, dp_argmax(age, 1, 1.0) AS age FROM visits GROUP BY country",
+            "CREATE VIEW by_checked_country WITH (security_barrier) AS
+               SELECT country, dp_argmax(age, 1, 1.0) AS age FROM visits WHERE checked(country) GROUP BY country",
             "CREATE TABLE ticks (n int)",
             "CREATE FUNCTION tick() RETURNS text LANGUAGE plpgsql VOLATILE AS
                $$ BEGIN INSERT INTO ticks VALUES (1); RETURN ''; END $$",
-            "CREATE FUNCTION stable_tick() RETURNS text LANGUAGE plpgsql STABLE AS
-               $$ BEGIN RETURN ''; END $$",
+            "CREATE FUNCTION stick() RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN ''; END $$",
+            "CREATE FUNCTION snl() RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN 'NL'; END $$",
+            "CREATE VIEW own_barrier WITH (security_barrier) AS
+               SELECT * FROM by_country WHERE country = 'NL' AND country <> stick()",
+            "CREATE ROLE policed",
+            "GRANT SELECT ON by_country TO policed",
+            "GRANT EXECUTE ON FUNCTION snl() TO policed",
+            "CREATE TABLE wanted (c text)",
+            "INSERT INTO wanted VALUES ('NL')",
+            "ALTER TABLE wanted ENABLE ROW LEVEL SECURITY",
+            "CREATE POLICY only_nl ON wanted USING (c = snl())",
+            "GRANT SELECT ON wanted TO policed",
         ]);
         for condition in [
             "country <> tick()",
-            "country <> stable_tick()",
+            "country <> stick()",
             "country <> now()::text",
             "country || '' <> tick()",
         ] {
             let query = format!(
                 "SELECT count(*)::text FROM by_country WHERE country = 'NL' AND {condition}"
             );
-            let explained = plan(&query);
-            let scan = explained
-                .lines()
-                .skip_while(|line| !line.contains("Scan on visits"))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let scan = raw_scan(&query);
             assert!(
                 !scan.contains("tick") && !scan.contains("now()"),
-                "{query}:\n{explained}"
+                "{query}:\n{scan}"
             );
             run(&["TRUNCATE ticks"]);
             assert_eq!(column(&query), ["1"], "{query}");
@@ -218,23 +229,33 @@ mod tests {
                 .unwrap();
             assert!(calls <= 2, "{query}: {calls} calls");
         }
-        // Within a plain subquery over the view, and in a join's condition.
         for query in [
-            "SELECT count(*)::text FROM (SELECT * FROM by_country) s WHERE country = 'NL' AND country <> tick()",
-            "SELECT count(*)::text FROM by_country b JOIN (VALUES ('NL')) v(c) ON b.country = v.c AND b.country <> tick()",
+            // Within a plain subquery over the view, and in a join's condition.
+            "SELECT count(*) FROM (SELECT * FROM by_country) s WHERE country = 'NL' AND country <> stick()",
+            "SELECT count(*) FROM by_country b JOIN (VALUES ('NL')) v(c) ON b.country = v.c AND b.country <> stick()",
+            // The analyst's own security-barrier view over the DP view.
+            "SELECT count(*) FROM own_barrier",
+            // A pulled-up subquery's output, a one-row VALUES list, a FROM-less subquery.
+            "SELECT count(*) FROM (SELECT country, stick() AS t FROM by_country) s WHERE country = 'NL' AND country <> t",
+            "SELECT count(*) FROM by_country b, (VALUES (snl())) v(c) WHERE b.country = v.c",
+            "SELECT count(*) FROM by_country b, (SELECT snl() AS c) v WHERE b.country = v.c",
+            // The analyst's own DP query over the DP view.
+            "SELECT dp_argmax(x.age, 1, 1.0) FROM by_country x WHERE x.country = 'NL' AND x.country <> stick()",
         ] {
-            run(&["TRUNCATE ticks"]);
-            assert_eq!(column(query), ["1"], "{query}");
-            let calls: i64 = column("SELECT count(*)::text FROM ticks")[0].parse().unwrap();
-            assert!(calls <= 2, "{query}: {calls} calls");
+            let scan = raw_scan(query);
+            assert!(!scan.contains("stick") && !scan.contains("snl"), "{query}:\n{scan}");
         }
-        // Leakproof: still pushed into the view's scan.
-        let explained = plan("SELECT count(*) FROM by_country WHERE country = 'NL'");
-        let scan = explained
-            .lines()
-            .skip_while(|line| !line.contains("Scan on visits"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert!(scan.contains("'NL'"), "{explained}");
+        // A row-level security policy's equality, passed on by the planner.
+        run(&["SET ROLE policed"]);
+        let query = "SELECT count(*) FROM by_country b JOIN wanted w ON b.country = w.c";
+        let scan = raw_scan(query);
+        assert!(!scan.contains("snl"), "{query}:\n{scan}");
+        run(&["RESET ROLE"]);
+        // Leakproof: still pushed into the view's scan, also where the view's own
+        // condition is not leakproof (its owner's).
+        for view in ["by_country", "by_checked_country"] {
+            let scan = raw_scan(&format!("SELECT count(*) FROM {view} WHERE country = 'NL'"));
+            assert!(scan.contains("'NL'"), "{view}:\n{scan}");
+        }
     }
 }

@@ -105,7 +105,7 @@ unsafe extern "C-unwind" fn mark_seen(node: *mut pg_sys::Node, context: *mut c_v
 }
 
 /// Refuses a DP call that the planner hook did not see (`location`), where privacy
-/// units are declared.
+/// units are declared, Citus is installed, or the session's role has a budget.
 pub fn require_seen(location: i32, aggregate: &str) {
     // A parallel worker's copy of the plan comes through nodeToString, which drops
     // parse locations: the leader, which started the same plan, checked its calls.
@@ -119,6 +119,13 @@ pub fn require_seen(location: i32, aggregate: &str) {
     let reason = format!("{aggregate} was planned out of pg_exp_mech's sight (inside a SQL function that PostgreSQL inlines, or before the library was loaded): call the function's query directly, or make the function not inlinable (for example VOLATILE or SECURITY DEFINER)");
     if any_declared() {
         crate::extension::raise(crate::error::Error::UnitsUnavailable { reason });
+    }
+    // Nor did the rest of the hook's work reach it (conditions kept above DP views,
+    // parameters read once): a budgeted role's call is refused wherever it runs.
+    if crate::extension::budget::session_is_budgeted() {
+        crate::extension::raise(crate::error::Error::NotMetered {
+            reason: format!("for a role with a privacy budget, {reason}"),
+        });
     }
     if crate::extension::citus::installed() {
         crate::extension::raise(crate::error::Error::Distributed {
