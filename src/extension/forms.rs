@@ -404,11 +404,12 @@ pub const DP_QUANTILES_NUMERIC: Aggregate = Aggregate {
 #[cfg(test)]
 const NUMERIC_SCORES_COMMENT: &str = " A numeric score is converted to double precision without error (beyond its range it counts as +-Infinity, clamped).";
 
+/// The selection aggregates skip long items (items.rs, MAX_ITEM_BYTES).
+#[cfg(test)]
+const LONG_ITEMS_COMMENT: &str = " Items longer than 1 MiB (detoasted) are skipped as NULL items are, and left out of the candidates.";
 /// The answers of the forms without candidates are the rows' items: what their spelling
 /// may show (spellings.rs).
 #[cfg(test)]
-/// The selection aggregates skip long items (items.rs, MAX_ITEM_BYTES).
-const LONG_ITEMS_COMMENT: &str = " Items longer than 1 MiB (detoasted) are skipped as NULL items are, and left out of the candidates.";
 const SPELLINGS_COMMENT: &str = " Answers are spelled canonically (numeric 1.00 as 1, float -0 as 0); item types that spell one value several ways otherwise (interval, jsonb, char(n), text under a nondeterministic collation) are refused: list the candidates, cast the items to text, or compare them under COLLATE \"C\".";
 
 const PARTITION: Form = Form::new(

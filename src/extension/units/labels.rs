@@ -102,16 +102,6 @@ unsafe extern "C-unwind" fn check_label(
     if !matches!(kind, b'r' | b'p' | b'f' | b'm') {
         invalid("a privacy unit is declared on a column of a table or materialized view (a view's rows are protected through its tables)".into());
     }
-    // A label turns on the checks of DP queries over people in every session of the
-    // database (functions must be declared): one session's temporary table, which any
-    // role may create, would switch them on for all (red team, 2026-11-27).
-    // SAFETY: a catalog lookup of an existing relation.
-    if unsafe { pg_sys::get_rel_persistence(relation) } as u8 == pg_sys::RELPERSISTENCE_TEMP {
-        invalid(
-            "a privacy unit is declared on a column of a permanent table, not a temporary one"
-                .into(),
-        );
-    }
     if let Some(label) = &label {
         if label != PRIVACY_UNIT && label != REFERENCES_PRIVACY_UNIT {
             invalid(format!(
@@ -484,7 +474,15 @@ thread_local! {
     static DECLARED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether any privacy unit is declared in this database.
+/// pg_seclabel's leading columns (catalog/pg_seclabel.h).
+#[repr(C)]
+struct SecLabelRow {
+    objoid: Oid,
+    classoid: Oid,
+}
+
+/// Whether any privacy unit is declared in this database (another session's temporary
+/// tables aside).
 pub fn any_declared() -> bool {
     if let Some(known) = DECLARED.with(|d| d.get()) {
         return known;
@@ -498,8 +496,23 @@ pub fn any_declared() -> bool {
             0,
             &[],
             |tuple, descriptor| {
-                declared |= text_attribute(tuple, descriptor, pg_sys::Anum_pg_seclabel_provider)
-                    == "pg_exp_mech";
+                if declared
+                    || text_attribute(tuple, descriptor, pg_sys::Anum_pg_seclabel_provider)
+                        != "pg_exp_mech"
+                {
+                    return;
+                }
+                // Another session's temporary table: its label would switch on the
+                // checks of this session's DP queries, which cannot read its rows (red
+                // team, 2026-11-27: any role may create and label one).
+                let row = pg_sys::GETSTRUCT(tuple) as *const SecLabelRow;
+                let namespace = if (*row).classoid == pg_sys::RelationRelationId {
+                    pg_sys::get_rel_namespace((*row).objoid)
+                } else {
+                    pg_sys::InvalidOid
+                };
+                declared = !pg_sys::isAnyTempNamespace(namespace)
+                    || pg_sys::isTempOrTempToastNamespace(namespace);
             },
         );
     }

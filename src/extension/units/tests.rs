@@ -958,7 +958,6 @@ mod tests {
         run(&[
             "CREATE TABLE declared(person int, other int)",
             "CREATE VIEW declared_view AS SELECT * FROM declared",
-            "CREATE TEMP TABLE declared_temp(person int)",
             "CREATE TABLE parted(person int, item text) PARTITION BY LIST (item)",
             "CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a')",
             "SECURITY LABEL FOR pg_exp_mech ON COLUMN parted.person IS 'privacy_unit'",
@@ -975,10 +974,6 @@ mod tests {
             (
                 "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_view.person IS 'privacy_unit'",
                 "22023: a privacy unit is declared on a column of a table or materialized view (a view's rows are protected through its tables)",
-            ),
-            (
-                "SECURITY LABEL FOR pg_exp_mech ON COLUMN declared_temp.person IS 'privacy_unit'",
-                "22023: a privacy unit is declared on a column of a permanent table, not a temporary one",
             ),
         ] {
             assert_eq!(error_of(statement), error, "{statement}");
