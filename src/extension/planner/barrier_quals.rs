@@ -67,10 +67,13 @@ struct Scan {
     leaks: Vec<Vec<usize>>,
 }
 
-/// The walker's context: the levels that finalize DP aggregates around the node.
+/// The walker's context: the levels that finalize DP aggregates around the node, and
+/// whether its expressions count (not those of the outermost output list, whose
+/// subqueries do).
 struct Walk<'a> {
     within: &'a mut Vec<usize>,
     scan: &'a mut Scan,
+    counts: bool,
 }
 
 /// # Safety
@@ -83,8 +86,10 @@ unsafe fn scan_query(
 ) {
     // SAFETY: fields of a valid Query; the walker reads its nodes.
     unsafe {
+        // A DP call of this level may sit in a subquery of it, `(SELECT dp_quantile(x))`.
         let calls = crate::extension::units::dp_calls(query);
-        let dp_level = !calls.aggregates.is_empty() || calls.window.is_some();
+        let dp_level =
+            !calls.aggregates.is_empty() || calls.window.is_some() || calls.nested.is_some();
         if dp_level {
             scan.dp_levels.push(query);
             within.push(query as usize);
@@ -97,11 +102,21 @@ unsafe fn scan_query(
             (*query).returningList = std::ptr::null_mut();
             outputs
         });
-        let mut walk = Walk { within, scan };
+        let mut walk = Walk {
+            within,
+            scan,
+            counts: true,
+        };
         pg_sys::query_tree_walker(query, Some(scan_walker), (&mut walk as *mut Walk).cast(), 0);
         if let Some((targets, returning)) = outputs {
             (*query).targetList = targets;
             (*query).returningList = returning;
+            // Their subqueries are read as any other (a scalar subquery over a DP view in
+            // the select list, in VALUES, in SET or RETURNING).
+            walk.counts = false;
+            for list in [targets, returning] {
+                scan_walker(list.cast(), (&mut walk as *mut Walk).cast());
+            }
         }
         if dp_level {
             walk.within.pop();
@@ -119,32 +134,74 @@ unsafe extern "C-unwind" fn scan_walker(node: *mut pg_sys::Node, context: *mut c
         }
         let walk = &mut *(context as *mut Walk);
         if is_a(node, NodeTag::T_Query) {
+            let counts = walk.counts;
             scan_query(node.cast(), false, walk.within, walk.scan);
+            walk.counts = counts;
             return false;
         }
-        if leaks(node) && !walk.scan.leaks.contains(walk.within) {
+        if walk.counts && leaks(node) && !walk.scan.leaks.contains(walk.within) {
             walk.scan.leaks.push(walk.within.clone());
         }
         pg_sys::expression_tree_walker(node, Some(scan_walker), context)
     }
 }
 
-/// Whether `node` itself calls a function that is not leakproof, or evaluates what can
-/// raise an ERROR without calling one (a domain's check, XML). An aggregate is computed
-/// at its own level, over that level's rows (its arguments are read on their own).
+/// Whether `node` itself may leak: it calls a function that is not leakproof, or is of
+/// a kind not known to be safe (an allow-list, as PostgreSQL's `contain_leaked_vars`, but
+/// closed where that one trusts an expression without columns: a multidimensional ARRAY
+/// whose dimensions differ raised 2202E on the rows it met, a GREATEST over a type
+/// without ordering 42883). An aggregate is computed at its own level, over that level's
+/// rows (its arguments are read on their own).
 ///
 /// # Safety
 /// `node` must be a valid node.
 unsafe fn leaks(node: *mut pg_sys::Node) -> bool {
-    // SAFETY: check_functions_in_node casts the node after checking its tag.
+    use NodeTag::*;
+    // SAFETY: nodes are cast after their tags are checked; check_functions_in_node casts
+    // the node after checking its tag.
     unsafe {
-        if is_a(node, NodeTag::T_Aggref) || is_a(node, NodeTag::T_WindowFunc) {
-            return false;
+        match (*node).type_ {
+            T_List
+            | T_TargetEntry
+            | T_FromExpr
+            | T_JoinExpr
+            | T_RangeTblRef
+            | T_RangeTblFunction
+            | T_TableSampleClause
+            | T_CommonTableExpr
+            | T_SubLink
+            | T_WithCheckOption
+            | T_OnConflictExpr
+            | T_InferenceElem
+            | T_SetToDefault
+            | T_Var
+            | T_Const
+            | T_Param
+            | T_FieldSelect
+            | T_FieldStore
+            | T_NamedArgExpr
+            | T_BoolExpr
+            | T_RelabelType
+            | T_CollateExpr
+            | T_CaseExpr
+            | T_CaseWhen
+            | T_CaseTestExpr
+            | T_RowExpr
+            | T_SQLValueFunction
+            | T_NullTest
+            | T_BooleanTest
+            | T_CoerceToDomainValue
+            | T_CurrentOfExpr
+            | T_GroupingFunc
+            | T_Aggref
+            | T_WindowFunc => false,
+            T_ArrayExpr => (*(node as *mut pg_sys::ArrayExpr)).multidims,
+            T_FuncExpr | T_OpExpr | T_DistinctExpr | T_NullIfExpr | T_ScalarArrayOpExpr
+            | T_CoerceViaIO | T_ArrayCoerceExpr | T_RowCompareExpr => {
+                pg_sys::check_functions_in_node(node, Some(not_leakproof), std::ptr::null_mut())
+            }
+            _ => true,
         }
-        is_a(node, NodeTag::T_CoerceToDomain)
-            || is_a(node, NodeTag::T_XmlExpr)
-            || is_a(node, NodeTag::T_NextValueExpr)
-            || pg_sys::check_functions_in_node(node, Some(not_leakproof), std::ptr::null_mut())
     }
 }
 
@@ -197,6 +254,9 @@ mod tests {
                $$ BEGIN INSERT INTO ticks VALUES (1); RETURN ''; END $$",
             "CREATE FUNCTION stick() RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN ''; END $$",
             "CREATE FUNCTION snl() RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN 'NL'; END $$",
+            "CREATE VIEW nested_form WITH (security_barrier) AS
+               SELECT country, (SELECT dp_argmax(age, 1, 1.0)) AS age FROM visits GROUP BY country",
+            "CREATE TABLE mine (n int)",
             "CREATE VIEW own_barrier WITH (security_barrier) AS
                SELECT * FROM by_country WHERE country = 'NL' AND country <> stick()",
             "CREATE ROLE policed",
@@ -241,10 +301,25 @@ mod tests {
             "SELECT count(*) FROM by_country b, (SELECT snl() AS c) v WHERE b.country = v.c",
             // The analyst's own DP query over the DP view.
             "SELECT dp_argmax(x.age, 1, 1.0) FROM by_country x WHERE x.country = 'NL' AND x.country <> stick()",
+            // A scalar subquery in the outermost select list, ORDER BY, VALUES, SET or
+            // RETURNING (the third review).
+            "SELECT (SELECT count(*) FROM by_country WHERE country = 'NL' AND country <> stick())",
+            "SELECT 1 ORDER BY (SELECT count(*) FROM by_country WHERE country = 'NL' AND country <> stick())",
+            "INSERT INTO mine VALUES ((SELECT count(*) FROM by_country WHERE country = 'NL' AND country <> stick()))",
+            "UPDATE mine SET n = (SELECT count(*) FROM by_country WHERE country = 'NL' AND country <> stick())",
+            "INSERT INTO mine VALUES (1) RETURNING (SELECT count(*) FROM by_country WHERE country = 'NL' AND country <> stick())",
+            // A DP call written in a subquery of its level.
+            "SELECT count(*) FROM nested_form WHERE country = 'NL' AND country <> stick()",
         ] {
             let scan = raw_scan(query);
             assert!(!scan.contains("stick") && !scan.contains("snl"), "{query}:\n{scan}");
         }
+        // Expressions that can raise an ERROR on the rows without calling a function
+        // that is not leakproof: a multidimensional ARRAY whose dimensions differ.
+        let query = "SELECT count(*) FROM by_country WHERE country = 'NL'
+                       AND ARRAY[ARRAY[1], CASE WHEN country = 'NL' THEN ARRAY[1, 2] ELSE ARRAY[1] END] IS NOT NULL";
+        let scan = raw_scan(query);
+        assert!(!scan.contains("ARRAY"), "{query}:\n{scan}");
         // A row-level security policy's equality, passed on by the planner.
         run(&["SET ROLE policed"]);
         let query = "SELECT count(*) FROM by_country b JOIN wanted w ON b.country = w.c";
