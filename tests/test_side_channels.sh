@@ -231,6 +231,18 @@ for key in Germany United-States Atlantis; do
     assert_eq "$(sort_log "$key")" "$one_log" "LOG messages to the analyst, key $key"
 done
 assert_eq "$(grep -c "sort" <<<"$one_log")" "0" "no trace_sort line reaches the analyst"
+# PostgreSQL passes only the messages it logs to the hook that keeps them from the
+# client: client_min_messages lowered inside the statement let DEBUG messages that the
+# server does not log through (review of 2026-11-27). The analyst's own RAISE DEBUG
+# stands for any of them; the same call outside a DP statement still reaches the client.
+debug_lines() {
+    analyst -f - 2>&1 <<SQL | grep -c "DEBUG:  .*debugged" || true
+CREATE FUNCTION pg_temp.debugged() RETURNS text LANGUAGE plpgsql STABLE AS \$\$ BEGIN RAISE DEBUG 'debugged'; RETURN ''; END \$\$;
+SELECT set_config('client_min_messages', 'debug5', false) || pg_temp.debugged() $1;
+SQL
+}
+assert_eq "$(debug_lines "FROM v_cs_all WHERE native_country = 'Germany'")" "0" "DEBUG messages inside a DP statement"
+assert_eq "$(debug_lines "")" "1" "DEBUG messages outside a DP statement"
 echo "8. another session's temporary table labelled as people changes nothing here"
 # Any role may label its own temporary table; the label switched on the function checks
 # of DP queries over people in every session (the DBA's view calling counted() failed).

@@ -46,6 +46,9 @@ thread_local! {
     static OFF_SINCE_ABORT: Cell<Option<(bool, std::ffi::c_int, bool)>> = const { Cell::new(None) };
     /// How many [`Silence`] guards are alive.
     static SILENCES: Cell<u32> = const { Cell::new(0) };
+    /// The server's `log_min_messages` while a guard is alive (the guards lower it so
+    /// that every message reaches [`silenced_messages`]).
+    static LOG_MIN_MESSAGES: Cell<std::ffi::c_int> = const { Cell::new(pg_sys::WARNING as _) };
 }
 
 /// Installs the executor hooks that run a silenced statement's later steps (its start is
@@ -73,16 +76,46 @@ pub fn install_statistics() {
 /// there: `trace_sort` with `client_min_messages = log` reported how much memory a sort
 /// under a DP aggregate used, about 55 bytes a row (red team, 2026-11-27), and
 /// `log_temp_files` the size of a spilled sort. The log is the DBA's.
+///
+/// PostgreSQL calls the hook only for messages it logs, so a guard lowers
+/// `log_min_messages` to DEBUG5: a `set_config('client_min_messages', 'debug5', ...)`
+/// run inside the statement let DEBUG messages that were not logged reach the client
+/// (review of 2026-11-27). Those the server's own setting would not log are dropped here.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
     // SAFETY: PostgreSQL passes the message being emitted; the previous hook takes it too.
     unsafe {
-        if SILENCES.get() > 0 && ((*message).elevel as u32) < pg_sys::NOTICE {
+        let level = (*message).elevel;
+        if SILENCES.get() > 0 && level < pg_sys::NOTICE as std::ffi::c_int {
+            if !is_logged(level, LOG_MIN_MESSAGES.get()) {
+                // Here only because the guard lowered the setting. INFO goes to the
+                // client whatever client_min_messages says, as without the guard.
+                (*message).output_to_server = false;
+                if level != pg_sys::INFO as std::ffi::c_int {
+                    (*message).output_to_client = false;
+                }
+                return;
+            }
             (*message).output_to_client = false;
         }
         if let Some(previous) = PREVIOUS_EMIT_LOG {
             previous(message);
         }
+    }
+}
+
+/// Whether a message of `level` goes to the server's log at `log_min_messages` =
+/// `setting` (elog.c's is_log_level_output, for levels below NOTICE: LOG ranks above
+/// ERROR there).
+fn is_logged(level: std::ffi::c_int, setting: std::ffi::c_int) -> bool {
+    const LOG: std::ffi::c_int = pg_sys::LOG as _;
+    const LOG_SERVER_ONLY: std::ffi::c_int = pg_sys::LOG_SERVER_ONLY as _;
+    if level == LOG || level == LOG_SERVER_ONLY {
+        setting == LOG || setting <= pg_sys::PGERROR as std::ffi::c_int
+    } else if setting == LOG {
+        level >= pg_sys::FATAL as std::ffi::c_int
+    } else {
+        level >= setting
     }
 }
 
@@ -224,6 +257,7 @@ pub struct Silence {
     track_functions: std::ffi::c_int,
     track_io_timing: bool,
     client_min_messages: std::ffi::c_int,
+    log_min_messages: std::ffi::c_int,
     buffers: pg_sys::BufferUsage,
     wal: pg_sys::WalUsage,
     /// The statement's own totals (pg_stat_statements reads them), when it has them.
@@ -250,6 +284,7 @@ impl Silence {
                 track_functions: pg_sys::pgstat_track_functions,
                 track_io_timing: pg_sys::track_io_timing,
                 client_min_messages: pg_sys::client_min_messages,
+                log_min_messages: pg_sys::log_min_messages,
                 buffers: pg_sys::pgBufferUsage,
                 wal: pg_sys::pgWalUsage,
                 query,
@@ -258,10 +293,14 @@ impl Silence {
             pg_sys::pgstat_track_counts = false;
             pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
             pg_sys::track_io_timing = false;
-            // Messages below NOTICE that are not logged never reach the hook: kept from
-            // the client by its own setting (INFO, always sent, carries nothing of the
-            // executor's).
+            // Messages below NOTICE kept from the client by its own setting too (INFO,
+            // always sent, carries nothing of the executor's), and every message sent
+            // to the hook, which logs only what the server's setting logged.
             pg_sys::client_min_messages = silence.client_min_messages.max(pg_sys::NOTICE as _);
+            if SILENCES.get() == 0 {
+                LOG_MIN_MESSAGES.set(silence.log_min_messages);
+            }
+            pg_sys::log_min_messages = pg_sys::DEBUG5 as _;
             SILENCES.set(SILENCES.get() + 1);
             silence
         }
@@ -277,6 +316,7 @@ impl Drop for Silence {
             pg_sys::pgstat_track_functions = self.track_functions;
             pg_sys::track_io_timing = self.track_io_timing;
             pg_sys::client_min_messages = self.client_min_messages;
+            pg_sys::log_min_messages = self.log_min_messages;
             pg_sys::pgBufferUsage = self.buffers;
             pg_sys::pgWalUsage = self.wal;
             // Totals made during this step (pg_stat_statements allocates them at start)

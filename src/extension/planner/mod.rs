@@ -44,9 +44,9 @@ unsafe extern "C-unwind" fn plan_query(
     unsafe {
         count_again();
         // Over Citus tables the coordinator evaluates the parameters once, before Citus
-        // plans (citus/fragments.rs).
+        // plans (citus/fragments.rs); ORDER BY in a call is refused either way.
         let distributed = citus::dp_over_citus_tables(parse);
-        let dp = distributed || parameters::evaluate_once_per_loop(parse);
+        let dp = parameters::evaluate_once_per_loop(parse, !distributed) || distributed;
         // After the parameters became init-plans: the share of each group wraps them.
         if dp {
             crate::extension::units::bound_by_units(parse);

@@ -18,29 +18,32 @@ use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgBox, PgList};
 use std::ffi::c_void;
 
-/// Rewrites, in `query` and every query inside it, the stable parameters of DP aggregate
-/// calls into init-plans; whether it calls any DP aggregate.
+/// Refuses, in `query` and every query inside it, a DP aggregate call with ORDER BY, and
+/// rewrites the stable parameters of the calls into init-plans when `wrap` (over Citus
+/// tables the coordinator evaluates them itself: citus/fragments.rs); whether it calls
+/// any DP aggregate.
 ///
 /// # Safety
 /// `query` must be a rewritten query about to be planned, which the planner may modify.
-pub unsafe fn evaluate_once_per_loop(query: *mut pg_sys::Query) -> bool {
+pub unsafe fn evaluate_once_per_loop(query: *mut pg_sys::Query, wrap: bool) -> bool {
     let mut found = false;
     // SAFETY: as the caller guarantees.
-    unsafe { walk_query(query, &mut found) };
+    unsafe { walk_query(query, &mut found, wrap) };
     found
 }
 
-/// What the walker is given: the Query whose expressions it walks, and whether a DP
-/// aggregate was found.
+/// What the walker is given: the Query whose expressions it walks, whether a DP
+/// aggregate was found, and whether parameters are wrapped.
 struct Walk {
     query: *mut pg_sys::Query,
     found: *mut bool,
+    wrap: bool,
 }
 
 /// # Safety
 /// `query` must be a valid Query, and `found` valid during the walk.
-unsafe fn walk_query(query: *mut pg_sys::Query, found: *mut bool) {
-    let mut walk = Walk { query, found };
+unsafe fn walk_query(query: *mut pg_sys::Query, found: *mut bool, wrap: bool) {
+    let mut walk = Walk { query, found, wrap };
     // SAFETY: the walker gets the Walk of the Query whose expressions it walks.
     unsafe {
         pg_sys::query_tree_walker(query, Some(walker), (&mut walk as *mut Walk).cast(), 0);
@@ -57,7 +60,7 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
         }
         let walk = &*(context as *mut Walk);
         if is_a(node, NodeTag::T_Query) {
-            walk_query(node.cast(), walk.found);
+            walk_query(node.cast(), walk.found, walk.wrap);
             return false;
         }
         if is_a(node, NodeTag::T_Aggref) {
@@ -70,7 +73,7 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
                         aggregate: aggregate.name,
                     });
                 }
-                if wrap_stable_parameters(aggref, aggregate) {
+                if walk.wrap && wrap_stable_parameters(aggref, aggregate) {
                     (*walk.query).hasSubLinks = true;
                 }
             }
