@@ -19,6 +19,7 @@
 
 mod expressions;
 mod follow;
+mod function_oids;
 mod functions;
 mod functions_called;
 mod grouping_sets;
@@ -27,13 +28,13 @@ mod keys;
 mod labels;
 mod rewrite;
 pub(crate) use expressions::int8;
-pub(crate) use rewrite::functions;
+pub(crate) use function_oids::functions;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
 
+pub use function_oids::charged_expression;
 pub use functions::new_statement;
 pub use labels::{any_declared, install_labels, scan as scan_catalog};
-pub use rewrite::charged_expression;
 
 use crate::extension::budget::dp_aggregate;
 use crate::extension::OrRaise;
@@ -54,7 +55,7 @@ pub fn refuse_unless_preloaded() {
 /// Registers the label provider and the caches' invalidation; called from _PG_init.
 pub fn install_units() {
     install_labels();
-    rewrite::install_function_cache();
+    function_oids::install_function_cache();
 }
 
 /// Bounds by privacy unit every query level of `query` (and of the queries inside it)
