@@ -151,7 +151,13 @@ unsafe extern "C-unwind" fn scan_walker(node: *mut pg_sys::Node, context: *mut c
 /// closed where that one trusts an expression without columns: a multidimensional ARRAY
 /// whose dimensions differ raised 2202E on the rows it met, a GREATEST over a type
 /// without ordering 42883). An aggregate is computed at its own level, over that level's
-/// rows (its arguments are read on their own).
+/// rows (its arguments are read on their own). The fourth review added two:
+/// - a subquery: PostgreSQL computes an init-plan when a condition first needs it, so
+///   one pushed below the aggregate ran only when a raw row reached it (a two-row
+///   VALUES raised 21000, a `FOR UPDATE` locked a row of the analyst's table, for keys
+///   with rows only);
+/// - a call under a nondeterministic collation: the leakproof `starts_with` raises 0A000
+///   there, on each row it meets.
 ///
 /// # Safety
 /// `node` must be a valid node.
@@ -169,7 +175,6 @@ unsafe fn leaks(node: *mut pg_sys::Node) -> bool {
             | T_RangeTblFunction
             | T_TableSampleClause
             | T_CommonTableExpr
-            | T_SubLink
             | T_WithCheckOption
             | T_OnConflictExpr
             | T_InferenceElem
@@ -199,10 +204,22 @@ unsafe fn leaks(node: *mut pg_sys::Node) -> bool {
             T_FuncExpr | T_OpExpr | T_DistinctExpr | T_NullIfExpr | T_ScalarArrayOpExpr
             | T_CoerceViaIO | T_ArrayCoerceExpr | T_RowCompareExpr => {
                 pg_sys::check_functions_in_node(node, Some(not_leakproof), std::ptr::null_mut())
+                    || nondeterministic(pg_sys::exprInputCollation(node))
             }
             _ => true,
         }
     }
+}
+
+/// Whether `collation` is a nondeterministic collation.
+///
+/// # Safety
+/// A catalog lookup: call inside a transaction.
+unsafe fn nondeterministic(collation: pg_sys::Oid) -> bool {
+    // SAFETY: as the caller guarantees; an invalid oid (no collation) is not looked up.
+    collation != pg_sys::InvalidOid
+        && collation != pg_sys::DEFAULT_COLLATION_OID
+        && !unsafe { pg_sys::get_collation_isdeterministic(collation) }
 }
 
 #[pgrx::pg_guard]
@@ -267,6 +284,7 @@ mod tests {
             "ALTER TABLE wanted ENABLE ROW LEVEL SECURITY",
             "CREATE POLICY only_nl ON wanted USING (c = snl())",
             "GRANT SELECT ON wanted TO policed",
+            "CREATE COLLATION undetermined (provider = icu, locale = 'und', deterministic = false)",
         ]);
         for condition in [
             "country <> tick()",
@@ -320,6 +338,22 @@ mod tests {
                        AND ARRAY[ARRAY[1], CASE WHEN country = 'NL' THEN ARRAY[1, 2] ELSE ARRAY[1] END] IS NOT NULL";
         let scan = raw_scan(query);
         assert!(!scan.contains("ARRAY"), "{query}:\n{scan}");
+        // A subquery that a pushed condition would compute only when a raw row reaches
+        // it, and a call under a nondeterministic collation (the fourth review).
+        for query in [
+            "SELECT count(*) FROM by_country WHERE country = 'NL'
+               AND country <> (SELECT c FROM (VALUES ('a'), ('b')) v(c))",
+            "SELECT count(*) FROM by_country WHERE country <> CASE WHEN country = 'NL'
+               THEN (SELECT c FROM (VALUES ('a'), ('b')) v(c)) ELSE 'q' END",
+            "SELECT count(*) FROM by_country WHERE country = 'NL'
+               AND starts_with(country COLLATE undetermined, '')",
+        ] {
+            let scan = raw_scan(query);
+            assert!(
+                !scan.contains("$0") && !scan.contains("starts_with"),
+                "{query}:\n{scan}"
+            );
+        }
         // A row-level security policy's equality, passed on by the planner.
         run(&["SET ROLE policed"]);
         let query = "SELECT count(*) FROM by_country b JOIN wanted w ON b.country = w.c";
