@@ -79,6 +79,9 @@ pub enum Error {
     /// EXPLAIN ANALYZE of a statement with DP aggregates, by a role with a budget.
     #[error("EXPLAIN ANALYZE (or any instrumented execution) of a plan with differentially private aggregates is not allowed for role \"{role}\", which has a privacy budget: it would show exact row counts")]
     ExplainAnalyzeRefused { role: String },
+    /// A DP statement of a role with a budget, in a SERIALIZABLE transaction.
+    #[error("a plan with differentially private aggregates cannot run under SERIALIZABLE isolation for role \"{role}\", which has a privacy budget: its predicate locks, which pg_locks shows to every role, count the rows it reads; use REPEATABLE READ or READ COMMITTED")]
+    SerializableRefused { role: String },
     /// A DP aggregate used as a window function, by a role with a budget.
     #[error("{aggregate} cannot be used as a window function by role \"{role}\", which has a privacy budget: each frame would be a release; aggregate with GROUP BY instead")]
     WindowRefused { role: String, aggregate: String },
@@ -161,7 +164,8 @@ impl Error {
             | Error::NotMetered { .. }
             | Error::UnitNotFollowed { .. }
             | Error::OpaqueFunction { .. }
-            | Error::Distributed { .. } => "0A000",
+            | Error::Distributed { .. }
+            | Error::SerializableRefused { .. } => "0A000",
             // configuration_limit_exceeded
             Error::BudgetExceeded { .. } | Error::DeltaBudgetExceeded { .. } => "53400",
             // insufficient_privilege

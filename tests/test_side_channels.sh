@@ -252,4 +252,53 @@ sleep 4
 out="$(sql -c "SELECT count(*) FROM v_country_part WHERE native_country = 'Germany'" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "" "a DBA's DP view with its own function, while the analyst's temporary label exists"
 wait "$holder"
+echo "9. the fourth review: messages at an abort, and SERIALIZABLE's predicate locks"
+# After an error or a ROLLBACK, PostgreSQL closes the plan's temporary files while it
+# cleans up, after the statement's guards are gone: under log_temp_files their sizes
+# (about 32 bytes a row) reached a client at client_min_messages = log.
+sql -c "ALTER SYSTEM SET log_temp_files = 0" -c "SELECT pg_reload_conf()" >/dev/null
+spill() {
+    analyst -f - 2>&1 <<SQL | grep -c "temporary file" || true
+SET work_mem = '64kB'; SET enable_hashagg = off; SET enable_indexscan = off;
+SET enable_bitmapscan = off; SET max_parallel_workers_per_gather = 0; SET client_min_messages = log;
+$1
+SQL
+}
+failing="SELECT native_country, 1 / (length(native_country) - length(native_country)) FROM v_cs_all WHERE native_country >= 'A';"
+assert_eq "$(spill "$failing")" "0" "a temporary file's size after an error"
+assert_eq "$(spill "BEGIN; DECLARE c CURSOR FOR SELECT * FROM v_cs_all WHERE native_country >= 'A'; FETCH 1 FROM c; ROLLBACK;")" "0" \
+    "a temporary file's size after a ROLLBACK"
+# The session's own settings are back for the next statement, and its LOG lines of a
+# statement without DP aggregates reach it.
+out="$(analyst -f - 2>&1 <<SQL || true
+\\set ON_ERROR_STOP off
+SET client_min_messages = log;
+$failing
+SELECT current_setting('client_min_messages') || ', ' || current_setting('log_min_messages');
+SQL
+)"
+assert_contains "$out" "log, warning" "client_min_messages and log_min_messages after the abort"
+[ "$(spill "SELECT count(*) FROM (SELECT * FROM generate_series(1, 100000) g ORDER BY g) s;")" -ge 1 ] \
+    || fail "a LOG line of a statement without DP aggregates: none"
+# A subtransaction that aborts inside the DP statement (a PL/pgSQL exception block) left
+# the statement's silenced settings to be restored at the next one.
+out="$(analyst -f - 2>&1 <<'SQL'
+CREATE FUNCTION pg_temp.caught() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN PERFORM 1 / 0; RETURN 0; EXCEPTION WHEN division_by_zero THEN RETURN 1; END $$;
+SELECT count(*) + pg_temp.caught() FROM v_cs_all WHERE native_country = 'Germany';
+SELECT current_setting('track_counts') || ', ' || current_setting('log_min_messages');
+SQL
+)"
+assert_contains "$out" "on, warning" "settings after an exception block in a DP statement"
+sql -c "ALTER SYSTEM RESET log_temp_files" -c "SELECT pg_reload_conf()" >/dev/null
+# SERIALIZABLE took a predicate lock on each tuple the scan read, and pg_locks shows them
+# to every role: 29 for Greece, 1 for Holand-Netherlands, none for Atlantis.
+for key in Greece Atlantis; do
+    out="$(analyst -c "SET enable_seqscan = off" -c "SET enable_bitmapscan = off" -c "BEGIN ISOLATION LEVEL SERIALIZABLE" \
+        -c "SELECT count(*) FROM v_country WHERE native_country = '$key'" 2>&1 || true)"
+    assert_eq "$(first_error <<<"$out")" "0A000: a plan with differentially private aggregates cannot run under SERIALIZABLE isolation for role \"analyst\", which has a privacy budget: its predicate locks, which pg_locks shows to every role, count the rows it reads; use REPEATABLE READ or READ COMMITTED" \
+        "SERIALIZABLE, key $key"
+done
+assert_eq "$(analyst -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM v_country WHERE native_country = 'Greece'" -c "COMMIT")" "0" \
+    "REPEATABLE READ answers"
 echo "side channels: ok"

@@ -43,7 +43,7 @@ thread_local! {
     static SILENCED_IN_TRANSACTION: Cell<bool> = const { Cell::new(false) };
     /// Counting was turned off at an abort, to be turned on again when the next
     /// statement starts: (track_counts, track_functions, track_io_timing) to restore.
-    static OFF_SINCE_ABORT: Cell<Option<(bool, std::ffi::c_int, bool)>> = const { Cell::new(None) };
+    static OFF_SINCE_ABORT: Cell<Option<Settings>> = const { Cell::new(None) };
     /// How many [`Silence`] guards are alive.
     static SILENCES: Cell<u32> = const { Cell::new(0) };
     /// The server's `log_min_messages` while a guard is alive (the guards lower it so
@@ -86,7 +86,8 @@ unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
     // SAFETY: PostgreSQL passes the message being emitted; the previous hook takes it too.
     unsafe {
         let level = (*message).elevel;
-        if SILENCES.get() > 0 && level < pg_sys::NOTICE as std::ffi::c_int {
+        let silenced = SILENCES.get() > 0 || OFF_SINCE_ABORT.with(|off| off.get().is_some());
+        if silenced && level < pg_sys::NOTICE as std::ffi::c_int {
             if !is_logged(level, LOG_MIN_MESSAGES.get()) {
                 // Here only because the guard lowered the setting. INFO goes to the
                 // client whatever client_min_messages says, as without the guard.
@@ -208,56 +209,99 @@ unsafe extern "C-unwind" fn subtransaction_ended(
     }
 }
 
+/// What a silenced step turns off, as it was.
+#[derive(Clone, Copy)]
+struct Settings {
+    track_counts: bool,
+    track_functions: std::ffi::c_int,
+    track_io_timing: bool,
+    client_min_messages: std::ffi::c_int,
+    log_min_messages: std::ffi::c_int,
+}
+
+impl Settings {
+    /// Saves the settings, and turns counting off and messages below NOTICE away from
+    /// the client: every message passes [`silenced_messages`], which logs only what the
+    /// server's own `log_min_messages` logged.
+    ///
+    /// # Safety
+    /// Backend-local globals: call from the backend's own thread.
+    unsafe fn turn_off() -> Settings {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            let saved = Settings {
+                track_counts: pg_sys::pgstat_track_counts,
+                track_functions: pg_sys::pgstat_track_functions,
+                track_io_timing: pg_sys::track_io_timing,
+                client_min_messages: pg_sys::client_min_messages,
+                log_min_messages: pg_sys::log_min_messages,
+            };
+            pg_sys::pgstat_track_counts = false;
+            pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
+            pg_sys::track_io_timing = false;
+            // Messages below NOTICE kept from the client by its own setting too (INFO,
+            // always sent, carries nothing of the executor's).
+            pg_sys::client_min_messages = saved.client_min_messages.max(pg_sys::NOTICE as _);
+            if SILENCES.get() == 0 {
+                LOG_MIN_MESSAGES.set(saved.log_min_messages);
+            }
+            pg_sys::log_min_messages = pg_sys::DEBUG5 as _;
+            saved
+        }
+    }
+
+    /// Puts the settings back.
+    ///
+    /// # Safety
+    /// As [`Settings::turn_off`].
+    unsafe fn restore(self) {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            pg_sys::pgstat_track_counts = self.track_counts;
+            pg_sys::pgstat_track_functions = self.track_functions;
+            pg_sys::track_io_timing = self.track_io_timing;
+            pg_sys::client_min_messages = self.client_min_messages;
+            pg_sys::log_min_messages = self.log_min_messages;
+        }
+    }
+}
+
 /// At an abort after a silenced plan started in the transaction: PostgreSQL is about to
-/// close the plan's temporary files (reporting their sizes) and release its relations;
-/// nothing is counted until the next statement starts ([`count_again`]).
+/// close the plan's temporary files (reporting their sizes: a LOG line under
+/// `log_temp_files` that reached a client at `client_min_messages = log`, the fourth
+/// review) and release its relations; nothing is counted, and no message below NOTICE
+/// reaches the client, until the next statement starts ([`count_again`]).
 /// The flag stays set until the transaction ends: a cursor of the transaction, opened
 /// before a savepoint that rolls back, still closes its files at the transaction's end.
+///
+/// A subtransaction that aborts inside a silenced step (a PL/pgSQL exception block) is
+/// covered by its guard, which puts the settings back: saved here, the silenced ones
+/// would have been restored at the next statement.
 fn off_until_next_statement() {
-    if !SILENCED_IN_TRANSACTION.with(Cell::get) {
+    if !SILENCED_IN_TRANSACTION.with(Cell::get)
+        || SILENCES.get() > 0
+        || OFF_SINCE_ABORT.with(|off| off.get().is_some())
+    {
         return;
     }
     // SAFETY: backend-local globals, read and written by this process only.
-    unsafe {
-        let saved = (
-            pg_sys::pgstat_track_counts,
-            pg_sys::pgstat_track_functions,
-            pg_sys::track_io_timing,
-        );
-        OFF_SINCE_ABORT.with(|off| {
-            if off.get().is_none() {
-                off.set(Some(saved));
-            }
-        });
-        pg_sys::pgstat_track_counts = false;
-        pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
-        pg_sys::track_io_timing = false;
-    }
+    let saved = unsafe { Settings::turn_off() };
+    OFF_SINCE_ABORT.with(|off| off.set(Some(saved)));
 }
 
 /// Turns counting on again after [`off_until_next_statement`]: called when a statement
 /// is analysed, planned or started.
 pub fn count_again() {
-    if let Some((track_counts, track_functions, track_io_timing)) =
-        OFF_SINCE_ABORT.with(|off| off.take())
-    {
+    if let Some(saved) = OFF_SINCE_ABORT.with(|off| off.take()) {
         // SAFETY: as in off_until_next_statement.
-        unsafe {
-            pg_sys::pgstat_track_counts = track_counts;
-            pg_sys::pgstat_track_functions = track_functions;
-            pg_sys::track_io_timing = track_io_timing;
-        }
+        unsafe { saved.restore() };
     }
 }
 
 /// While alive, nothing is counted; dropped (also when an error unwinds), every counter
 /// and setting is put back.
 pub struct Silence {
-    track_counts: bool,
-    track_functions: std::ffi::c_int,
-    track_io_timing: bool,
-    client_min_messages: std::ffi::c_int,
-    log_min_messages: std::ffi::c_int,
+    settings: Settings,
     buffers: pg_sys::BufferUsage,
     wal: pg_sys::WalUsage,
     /// The statement's own totals (pg_stat_statements reads them), when it has them.
@@ -280,27 +324,12 @@ impl Silence {
         // query descriptor is valid, as the caller guarantees.
         unsafe {
             let silence = Silence {
-                track_counts: pg_sys::pgstat_track_counts,
-                track_functions: pg_sys::pgstat_track_functions,
-                track_io_timing: pg_sys::track_io_timing,
-                client_min_messages: pg_sys::client_min_messages,
-                log_min_messages: pg_sys::log_min_messages,
                 buffers: pg_sys::pgBufferUsage,
                 wal: pg_sys::pgWalUsage,
                 query,
                 totals: totals(query).map(|t| ((*t).bufusage, (*t).walusage)),
+                settings: Settings::turn_off(),
             };
-            pg_sys::pgstat_track_counts = false;
-            pg_sys::pgstat_track_functions = pg_sys::TrackFunctionsLevel::TRACK_FUNC_OFF as _;
-            pg_sys::track_io_timing = false;
-            // Messages below NOTICE kept from the client by its own setting too (INFO,
-            // always sent, carries nothing of the executor's), and every message sent
-            // to the hook, which logs only what the server's setting logged.
-            pg_sys::client_min_messages = silence.client_min_messages.max(pg_sys::NOTICE as _);
-            if SILENCES.get() == 0 {
-                LOG_MIN_MESSAGES.set(silence.log_min_messages);
-            }
-            pg_sys::log_min_messages = pg_sys::DEBUG5 as _;
             SILENCES.set(SILENCES.get() + 1);
             silence
         }
@@ -312,11 +341,7 @@ impl Drop for Silence {
         SILENCES.set(SILENCES.get().saturating_sub(1));
         // SAFETY: as in begin; the query descriptor outlives the guard.
         unsafe {
-            pg_sys::pgstat_track_counts = self.track_counts;
-            pg_sys::pgstat_track_functions = self.track_functions;
-            pg_sys::track_io_timing = self.track_io_timing;
-            pg_sys::client_min_messages = self.client_min_messages;
-            pg_sys::log_min_messages = self.log_min_messages;
+            self.settings.restore();
             pg_sys::pgBufferUsage = self.buffers;
             pg_sys::pgWalUsage = self.wal;
             // Totals made during this step (pg_stat_statements allocates them at start)

@@ -248,6 +248,13 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
                     role: role_name(session_role()),
                 });
             }
+            // SERIALIZABLE takes a predicate lock on each tuple a scan reads (fourth
+            // review: exact counts from pg_locks, which every role reads).
+            if pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as std::ffi::c_int {
+                raise(Error::SerializableRefused {
+                    role: role_name(session_role()),
+                });
+            }
             if let Some(aggregate) = found.window {
                 raise(Error::WindowRefused {
                     role: role_name(session_role()),
