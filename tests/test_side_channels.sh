@@ -301,4 +301,30 @@ for key in Greece Atlantis; do
 done
 assert_eq "$(analyst -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM v_country WHERE native_country = 'Greece'" -c "COMMIT")" "0" \
     "REPEATABLE READ answers"
+# What PostgreSQL says below a DP aggregate, in the DBA's view, is said of its rows: a
+# NOTICE or WARNING once per row (to_tsvector's "word is too long to be indexed", or the
+# DBA's own function) reached the analyst; it goes to the server's log only. The
+# analyst's own NOTICE above the view still reaches the analyst.
+sql >/dev/null <<'SQL'
+CREATE FUNCTION noisy(x text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN RAISE NOTICE 'a row of %', x; RAISE WARNING 'a row'; RETURN true; END $$;
+CREATE VIEW v_noisy WITH (security_barrier) AS
+  SELECT native_country, dp_quantile(age, 0.5, 0, 100, 0.1) AS med
+    FROM adult WHERE noisy(native_country) GROUP BY native_country;
+CREATE VIEW v_words WITH (security_barrier) AS
+  SELECT native_country, dp_argmax(length(to_tsvector('simple', repeat('x', 3000) || native_country)), 1, 0.1) AS top
+    FROM adult GROUP BY native_country;
+GRANT SELECT ON v_noisy, v_words TO analyst;
+SQL
+said() { analyst -c "$1" 2>&1 | grep -cE "^(NOTICE|WARNING|INFO):" || true; }
+for key in Greece Holand-Netherlands Atlantis; do
+    assert_eq "$(said "SELECT count(*) FROM v_noisy WHERE native_country = '$key'")" "0" "the DBA's function's messages, key $key"
+    assert_eq "$(said "SELECT count(*) FROM v_words WHERE native_country = '$key'")" "0" "to_tsvector's NOTICEs, key $key"
+done
+mine="$(analyst -f - 2>&1 <<'SQL' | grep -c "NOTICE:.*mine" || true
+CREATE FUNCTION pg_temp.mine() RETURNS text LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE NOTICE 'mine'; RETURN ''; END $$;
+SELECT count(*), pg_temp.mine() FROM v_noisy WHERE native_country = 'Greece';
+SQL
+)"
+[ "$mine" -ge 1 ] || fail "the analyst's own NOTICE above the view: none"
 echo "side channels: ok"

@@ -46,6 +46,8 @@ thread_local! {
     static OFF_SINCE_ABORT: Cell<Option<Settings>> = const { Cell::new(None) };
     /// How many [`Silence`] guards are alive.
     static SILENCES: Cell<u32> = const { Cell::new(0) };
+    /// How many DP aggregation nodes are running ([`below_dp_nodes`]).
+    static BELOW_DP: Cell<u32> = const { Cell::new(0) };
     /// The server's `log_min_messages` while a guard is alive (the guards lower it so
     /// that every message reaches [`silenced_messages`]).
     static LOG_MIN_MESSAGES: Cell<std::ffi::c_int> = const { Cell::new(pg_sys::WARNING as _) };
@@ -87,12 +89,23 @@ unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
     unsafe {
         let level = (*message).elevel;
         let silenced = SILENCES.get() > 0 || OFF_SINCE_ABORT.with(|off| off.get().is_some());
-        if silenced && level < pg_sys::NOTICE as std::ffi::c_int {
+        // Below a DP aggregate (or anywhere in a parallel worker of a silenced plan, whose
+        // messages the leader rethrows later), NOTICE and WARNING too: the DBA's view
+        // may call what complains about a row (`to_tsvector`'s "word is too long to be
+        // indexed", once per such row; the fourth review).
+        let hidden_below =
+            if SILENCES.get() > 0 && (BELOW_DP.get() > 0 || pg_sys::ParallelWorkerNumber >= 0) {
+                pg_sys::PGERROR as std::ffi::c_int
+            } else {
+                pg_sys::NOTICE as std::ffi::c_int
+            };
+        if silenced && level < hidden_below {
             if !is_logged(level, LOG_MIN_MESSAGES.get()) {
                 // Here only because the guard lowered the setting. INFO goes to the
-                // client whatever client_min_messages says, as without the guard.
+                // client whatever client_min_messages says, as without the guard
+                // (outside DP nodes).
                 (*message).output_to_server = false;
-                if level != pg_sys::INFO as std::ffi::c_int {
+                if level != pg_sys::INFO as std::ffi::c_int || hidden_below > pg_sys::NOTICE as _ {
                     (*message).output_to_client = false;
                 }
                 return;
@@ -103,6 +116,20 @@ unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
             previous(message);
         }
     }
+}
+
+/// Runs a DP aggregation node's step (`step`, its ExecProcNode; metering.rs): what
+/// PostgreSQL says meanwhile is said of the rows under it.
+pub fn below_dp_nodes<T>(step: impl FnOnce() -> T) -> T {
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            BELOW_DP.set(BELOW_DP.get().saturating_sub(1));
+        }
+    }
+    BELOW_DP.set(BELOW_DP.get() + 1);
+    let _running = Running;
+    step()
 }
 
 /// Whether a message of `level` goes to the server's log at `log_min_messages` =
@@ -187,6 +214,7 @@ unsafe extern "C-unwind" fn transaction_ended(
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            BELOW_DP.set(0);
             off_until_next_statement();
             SILENCED_IN_TRANSACTION.with(|silenced| silenced.set(false));
         }

@@ -24,7 +24,7 @@ use super::charge::{charge, role_name, session_is_budgeted, session_role, Releas
 use super::cost::{charged_arguments, cost, evaluate, release_of, Cost};
 use super::identity::{dp_aggregate, forget_identities};
 use super::late_start;
-use super::statistics::{count_again, is_silenced, Silence};
+use super::statistics::{below_dp_nodes, count_again, is_silenced, Silence};
 use crate::error::Error;
 use crate::extension::arguments::Argument;
 use crate::extension::forms::Aggregate;
@@ -704,8 +704,10 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
     }
     charge(&releases);
     let original = original.expect("an executor node has an ExecProcNode");
-    // SAFETY: the node's own ExecProcNode, as ExecInitNode set it.
-    unsafe { original(node) }
+    // SAFETY: the node's own ExecProcNode, as ExecInitNode set it; an error it raises
+    // unwinds through the guard of below_dp_nodes and is raised again at this function's
+    // boundary.
+    below_dp_nodes(|| unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| original(node)) })
 }
 
 /// A record of what this query registers, whose entries are forgotten when the query's
