@@ -243,6 +243,9 @@ SQL
 }
 assert_eq "$(debug_lines "FROM v_cs_all WHERE native_country = 'Germany'")" "0" "DEBUG messages inside a DP statement"
 assert_eq "$(debug_lines "")" "1" "DEBUG messages outside a DP statement"
+# The session's own set_config is kept after the statement, as PostgreSQL records it.
+assert_contains "$(analyst -c "SELECT set_config('client_min_messages', 'debug5', false) FROM v_cs_all WHERE native_country = 'Germany'" \
+    -c "SELECT current_setting('client_min_messages')" 2>/dev/null)" "debug5" "set_config inside a DP statement, kept"
 echo "8. another session's temporary table labelled as people changes nothing here"
 # Any role may label its own temporary table; the label switched on the function checks
 # of DP queries over people in every session (the DBA's view calling counted() failed).
@@ -278,6 +281,18 @@ SELECT current_setting('client_min_messages') || ', ' || current_setting('log_mi
 SQL
 )"
 assert_contains "$out" "log, warning" "client_min_messages and log_min_messages after the abort"
+# A SET LOCAL undone by the abort stays undone (the fifth review: the value saved at the
+# abort was put back at the next statement).
+out="$(analyst -f - 2>&1 <<SQL || true
+\\set ON_ERROR_STOP off
+BEGIN; SET LOCAL client_min_messages = debug1;
+SELECT count(*) FROM v_cs_all WHERE native_country = 'Greece';
+SELECT 1 / 0;
+ROLLBACK;
+SELECT 'now ' || current_setting('client_min_messages');
+SQL
+)"
+assert_contains "$out" "now notice" "SET LOCAL after a rolled back DP statement"
 [ "$(spill "SELECT count(*) FROM (SELECT * FROM generate_series(1, 100000) g ORDER BY g) s;")" -ge 1 ] \
     || fail "a LOG line of a statement without DP aggregates: none"
 # A subtransaction that aborts inside the DP statement (a PL/pgSQL exception block) left

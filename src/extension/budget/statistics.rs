@@ -243,25 +243,28 @@ struct Settings {
     track_counts: bool,
     track_functions: std::ffi::c_int,
     track_io_timing: bool,
-    client_min_messages: std::ffi::c_int,
+    /// None where it was left to PostgreSQL.
+    client_min_messages: Option<std::ffi::c_int>,
     log_min_messages: std::ffi::c_int,
 }
 
 impl Settings {
     /// Saves the settings, and turns counting off and messages below NOTICE away from
     /// the client: every message passes [`silenced_messages`], which logs only what the
-    /// server's own `log_min_messages` logged.
+    /// server's own `log_min_messages` logged. `hold_client`: client_min_messages is
+    /// also held at NOTICE or above (not at an abort, where PostgreSQL is about to undo a
+    /// `SET LOCAL` of it, which restoring it later would bring back: the fifth review).
     ///
     /// # Safety
     /// Backend-local globals: call from the backend's own thread.
-    unsafe fn turn_off() -> Settings {
+    unsafe fn turn_off(hold_client: bool) -> Settings {
         // SAFETY: as the caller guarantees.
         unsafe {
             let saved = Settings {
                 track_counts: pg_sys::pgstat_track_counts,
                 track_functions: pg_sys::pgstat_track_functions,
                 track_io_timing: pg_sys::track_io_timing,
-                client_min_messages: pg_sys::client_min_messages,
+                client_min_messages: hold_client.then_some(pg_sys::client_min_messages),
                 log_min_messages: pg_sys::log_min_messages,
             };
             pg_sys::pgstat_track_counts = false;
@@ -269,7 +272,9 @@ impl Settings {
             pg_sys::track_io_timing = false;
             // Messages below NOTICE kept from the client by its own setting too (INFO,
             // always sent, carries nothing of the executor's).
-            pg_sys::client_min_messages = saved.client_min_messages.max(pg_sys::NOTICE as _);
+            if let Some(client) = saved.client_min_messages {
+                pg_sys::client_min_messages = client.max(pg_sys::NOTICE as _);
+            }
             if SILENCES.get() == 0 {
                 LOG_MIN_MESSAGES.set(saved.log_min_messages);
             }
@@ -288,8 +293,16 @@ impl Settings {
             pg_sys::pgstat_track_counts = self.track_counts;
             pg_sys::pgstat_track_functions = self.track_functions;
             pg_sys::track_io_timing = self.track_io_timing;
-            pg_sys::client_min_messages = self.client_min_messages;
-            pg_sys::log_min_messages = self.log_min_messages;
+            // A setting changed meanwhile (`set_config` in the statement) is the
+            // session's own, which PostgreSQL's record of it already holds: kept.
+            if let Some(client) = self.client_min_messages {
+                if pg_sys::client_min_messages == client.max(pg_sys::NOTICE as _) {
+                    pg_sys::client_min_messages = client;
+                }
+            }
+            if pg_sys::log_min_messages == pg_sys::DEBUG5 as std::ffi::c_int {
+                pg_sys::log_min_messages = self.log_min_messages;
+            }
         }
     }
 }
@@ -313,7 +326,7 @@ fn off_until_next_statement() {
         return;
     }
     // SAFETY: backend-local globals, read and written by this process only.
-    let saved = unsafe { Settings::turn_off() };
+    let saved = unsafe { Settings::turn_off(false) };
     OFF_SINCE_ABORT.with(|off| off.set(Some(saved)));
 }
 
@@ -356,7 +369,7 @@ impl Silence {
                 wal: pg_sys::pgWalUsage,
                 query,
                 totals: totals(query).map(|t| ((*t).bufusage, (*t).walusage)),
-                settings: Settings::turn_off(),
+                settings: Settings::turn_off(true),
             };
             SILENCES.set(SILENCES.get() + 1);
             silence
