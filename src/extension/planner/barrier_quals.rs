@@ -138,6 +138,10 @@ unsafe fn scan_query(
             scan.dp_levels.push(query);
             within.push(query as usize);
         }
+        let outputs_expressions = !dp_level && !top && outputs_expressions(query);
+        if (outputs_expressions || reads_values(query)) && !scan.leaks.contains(within) {
+            scan.leaks.push(within.clone());
+        }
         // The outermost output list (and RETURNING) is computed last, over the rows of
         // the conditions.
         let outputs = top.then(|| {
@@ -284,6 +288,39 @@ unsafe fn leaks(node: *mut pg_sys::Node, parameters: pg_sys::ParamListInfo) -> b
             }
             _ => true,
         }
+    }
+}
+
+/// Whether a query level outside a DP level can multiply what a condition costs once
+/// PostgreSQL plans it: it outputs an expression (a pulled-up subquery's or inlined WITH
+/// query's output is copied into each reference to it, and nested levels multiply the
+/// copies: 512 `md5` calls reached the raw scan from a condition of 64 nodes, the seventh
+/// review), or reads a VALUES list (a one-row list is pulled up likewise). A level that
+/// only passes columns on (`SELECT * FROM (SELECT * FROM dp_view WHERE ...) t`, as
+/// reporting tools wrap queries) copies nothing; a level with DP aggregates is never
+/// pulled up.
+///
+/// # Safety
+/// `query` must be a valid Query.
+unsafe fn outputs_expressions(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: a Query's targetList holds TargetEntries.
+    unsafe {
+        PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList)
+            .iter_ptr()
+            .any(|entry| !is_a((*entry).expr.cast(), NodeTag::T_Var))
+    }
+}
+
+/// Whether a query level reads a VALUES list ([`outputs_expressions`]).
+///
+/// # Safety
+/// `query` must be a valid Query.
+unsafe fn reads_values(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: a Query's rtable holds RangeTblEntries.
+    unsafe {
+        PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable)
+            .iter_ptr()
+            .any(|entry| (*entry).rtekind == pg_sys::RTEKind::RTE_VALUES)
     }
 }
 
@@ -630,6 +667,29 @@ mod tests {
             let scan = raw_scan(query);
             assert!(!scan.contains("ALL") && !scan.contains("md5"), "{query}:\n{scan}");
         }
+        // Levels between the conditions and the view whose outputs are expressions, or a
+        // VALUES list: pulled up, each reference copies the expression, and nested levels
+        // multiply the copies (the seventh review: 512 md5 calls from 64 nodes). A level
+        // that passes columns on still lets the condition through.
+        for query in [
+            "SELECT count(*) FROM (SELECT ROW(x1, x1, x1, x1) AS x2 FROM (
+               SELECT ROW(x0, x0, x0, x0) AS x1 FROM (
+                 SELECT md5(country) AS x0 FROM by_country WHERE country = 'NL') s1) s2) s
+               WHERE x2 IS NOT NULL",
+            "SELECT count(*) FROM by_country b, (VALUES ('NL')) v(c)
+               WHERE b.country = v.c AND md5(b.country) <> v.c",
+        ] {
+            let scan = raw_scan(query);
+            assert!(!scan.contains("md5"), "{query}:\n{scan}");
+        }
+        let scan = raw_scan(
+            "SELECT count(*) FROM (SELECT * FROM (SELECT country, age FROM by_country) s
+               WHERE country = 'NL') t",
+        );
+        assert!(
+            scan.contains("'NL'"),
+            "a level that passes columns on:\n{scan}"
+        );
         // A call whose collation PostgreSQL could not decide (texteq raised 42P22 on each
         // row), also in a row comparison (the fifth review).
         for condition in [
