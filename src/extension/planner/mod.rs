@@ -50,7 +50,7 @@ unsafe extern "C-unwind" fn plan_query(
         // After the parameters became init-plans: the share of each group wraps them.
         if dp {
             crate::extension::units::bound_by_units(parse);
-            barrier_quals::keep_leaky_conditions_above_dp_views(parse, bound_parameters);
+            barrier_quals::keep_conditions_above_dp_views(parse);
         }
         let (parse, prepared) = if distributed {
             let (parse, prepared) = citus::prepare(parse, bound_parameters);
