@@ -5,6 +5,7 @@ TEST_ROOT="${PG_EXP_MECH_TEST_DIR:-/tmp/pg_exp_mech-test}"
 fail() { printf 'FAIL: %b\n' "$*" >&2; exit 1; }
 assert_eq() { [ "$1" == "$2" ] || fail "${3:-}: expected [$2], got [$1]"; }
 assert_contains() { grep -qF -- "$2" <<<"$1" || fail "${3:-}: [$2] is not in:\n$1"; }
+assert_not_contains() { ! grep -qF -- "$2" <<<"$1" || fail "${3:-}: [$2] is in:\n$1"; }
 
 # new_cluster NAME [postgresql.conf lines...]: a fresh cluster for this test file, with
 # pg_exp_mech created in database postgres. Sets CLUSTER and PORT; stopped on exit.

@@ -342,4 +342,39 @@ SELECT count(*), pg_temp.mine() FROM v_noisy WHERE native_country = 'Greece';
 SQL
 )"
 [ "$mine" -ge 1 ] || fail "the analyst's own NOTICE above the view: none"
+echo "10. an error of the DBA's expression: its SQLSTATE, not its text"
+# An error of the DBA's expression fails the statement only on a row it cannot take, and
+# PostgreSQL's message named that row's value (invalid input syntax ... "ABC-secret"),
+# also to a PL/pgSQL exception block (SQLERRM) and from a parallel worker. Its SQLSTATE
+# stays, its text goes to the server's log only.
+sql >/dev/null <<'SQL'
+CREATE TABLE badges(code text);
+INSERT INTO badges SELECT i::text FROM generate_series(1, 2000) i;
+INSERT INTO badges VALUES ('ABC-secret');
+CREATE VIEW v_badges WITH (security_barrier) AS SELECT dp_quantile(code::int, 0.5, 0, 3000, 0.1) AS med FROM badges;
+CREATE VIEW v_badges_where WITH (security_barrier) AS SELECT dp_argmax(length(code), 1, 0.1) AS top FROM badges WHERE code::int > 0;
+GRANT SELECT ON v_badges, v_badges_where TO analyst;
+SQL
+WITHHELD="a row under a differentially private aggregate raised an error; its text, which can name a value of the row, is withheld"
+PARALLEL="SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off"
+for view in v_badges v_badges_where; do
+    for setting in "SET max_parallel_workers_per_gather = 0" "$PARALLEL"; do
+        out="$(analyst -c "$setting" -c "SELECT * FROM $view" 2>&1 || true)"
+        assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "the error of $view ($setting)"
+        assert_not_contains "$out" "ABC" "the error of $view ($setting)"
+    done
+done
+assert_contains "$(analyst -c "$PARALLEL" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_badges")" "Workers Planned" "a parallel plan"
+out="$(analyst -f - 2>&1 <<'SQL'
+CREATE FUNCTION pg_temp.caught() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM * FROM v_badges; RETURN 'none';
+EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$;
+SELECT pg_temp.caught();
+SQL
+)"
+assert_eq "$out" "22P02: $WITHHELD" "SQLERRM in an exception block"
+out="$(sql -c "SELECT * FROM v_badges" 2>&1 || true)"
+assert_contains "$out" 'invalid input syntax for type integer: "ABC-secret"' "a superuser's error keeps its text"
+[ "$(grep -cF "$WITHHELD: invalid input syntax for type integer: \"ABC-secret\"" "$CLUSTER/server.log")" -ge 5 ] \
+    || fail "the withheld texts are in the server's log"
 echo "side channels: ok"

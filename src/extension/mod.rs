@@ -33,7 +33,7 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 /// Raises `error` as a PostgreSQL ERROR with its SQLSTATE.
 pub fn raise(error: Error) -> ! {
     let code = PgSqlErrorCode::from(error.sqlstate_code());
-    ErrorReport::new(code, error.to_string(), "pg_exp_mech").report(PgLogLevel::ERROR);
+    ErrorReport::new(code, error.to_string(), budget::OWN_ERRORS).report(PgLogLevel::ERROR);
     unreachable!("an ERROR does not return")
 }
 

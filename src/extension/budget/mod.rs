@@ -22,6 +22,8 @@
 //! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
 //! - `charge`: the charge itself, and who must have a budget;
 //! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
+//! - `row_errors`: an error raised by the rows under a DP aggregate keeps its SQLSTATE,
+//!   not its text;
 //! - `wal`: the ledger's WAL records and their redo, for recovery and standbys;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
@@ -32,6 +34,7 @@ mod identity;
 mod late_start;
 mod metering;
 mod recheck;
+mod row_errors;
 mod shared;
 mod sql;
 mod statistics;
@@ -43,6 +46,7 @@ pub use charge::require_metered;
 pub use charge::session_is_budgeted;
 pub use identity::dp_aggregate;
 pub use metering::{dp_plan_running, install_metering, plan_arguments};
+pub use row_errors::OWN_ERRORS;
 pub use shared::init_shared_memory;
 pub use statistics::{count_again, install_statistics, Silence};
 

@@ -29,6 +29,7 @@
 
 use super::charge::session_is_budgeted;
 use super::identity::dp_aggregate;
+use super::row_errors::withheld;
 use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgList};
 use std::cell::Cell;
@@ -119,7 +120,8 @@ unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
 }
 
 /// Runs a DP aggregation node's step (`step`, its ExecProcNode; metering.rs): what
-/// PostgreSQL says meanwhile is said of the rows under it.
+/// PostgreSQL says meanwhile is said of the rows under it, and so is an error it raises
+/// (row_errors.rs).
 pub fn below_dp_nodes<T>(step: impl FnOnce() -> T) -> T {
     struct Running;
     impl Drop for Running {
@@ -129,7 +131,7 @@ pub fn below_dp_nodes<T>(step: impl FnOnce() -> T) -> T {
     }
     BELOW_DP.set(BELOW_DP.get() + 1);
     let _running = Running;
-    step()
+    withheld(|| SILENCES.get() > 0, step)
 }
 
 /// Whether a message of `level` goes to the server's log at `log_min_messages` =
@@ -158,7 +160,17 @@ unsafe fn silenced_run(query: *mut pg_sys::QueryDesc, run: &mut dyn FnMut()) {
             stop_counting_relations(query);
             silence
         });
-        if !is_fragment((*query).plannedstmt) {
+        let fragment = is_fragment((*query).plannedstmt);
+        // A parallel worker's plan, or a fragment, runs on the rows alone: its errors
+        // leave with their text withheld (row_errors.rs).
+        let mut run = || {
+            if fragment || pg_sys::ParallelWorkerNumber >= 0 {
+                withheld(|| SILENCES.get() > 0, &mut *run)
+            } else {
+                run()
+            }
+        };
+        if !fragment {
             return run();
         }
         // A fragment of a DP statement that Citus runs here: a distributed query that a
