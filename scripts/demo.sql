@@ -79,7 +79,10 @@ SELECT epsilon,
 \echo
 \echo '6. A DP-only view with a privacy budget. The DBA creates a login role, a view with a'
 \echo 'DP aggregate (a security barrier, so that nothing of the analyst''s runs under it),'
-\echo 'grants SELECT on the view only, and gives the role epsilon = 1.2 in all:'
+\echo 'grants SELECT on the view only, and gives the role epsilon = 1.2 in all. It also'
+\echo 'revokes pg_tablespace_size, which counts the temporary files DP statements spill'
+\echo '(a budgeted role that may execute it is refused):'
+REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC;
 CREATE ROLE analyst LOGIN PASSWORD 'analyst-demo-password';
 CREATE VIEW top_status WITH (security_barrier) AS
   SELECT dp_argmax(marital_status, 1, 0.5) AS most_common_status FROM adult;

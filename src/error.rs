@@ -131,6 +131,9 @@ pub enum Error {
     /// Budgets are configured but cannot be enforced in this session.
     #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
+    /// A budgeted role may read the size of the directory where DP statements spill.
+    #[error("role \"{role}\", which has a privacy budget, may execute {function}, which counts the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC (and any grant of them to the role)")]
+    TemporaryFilesReadable { role: String, function: String },
     /// The shared table of accounts is full.
     #[error("the privacy ledger tracks at most {capacity} roles, and all are in use (raise pg_exp_mech.max_roles and restart)")]
     TooManyRoles { capacity: usize },
@@ -177,6 +180,7 @@ impl Error {
             Error::OnStandby { .. } => "25006",
             // object_not_in_prerequisite_state
             Error::BudgetsUnavailable { .. }
+            | Error::TemporaryFilesReadable { .. }
             | Error::ViewNotBarrier { .. }
             | Error::UnitsUnavailable { .. } => "55000",
             // undefined_object, as PostgreSQL's own "role ... does not exist"

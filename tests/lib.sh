@@ -15,6 +15,13 @@ new_cluster() {
     start_cluster "$CLUSTER" "$PORT" "$@"
     trap 'stop_cluster "$CLUSTER"' EXIT
     sql -c "CREATE EXTENSION pg_exp_mech"
+    revoke_tablespace_size postgres
+}
+
+# revoke_tablespace_size DATABASE: the DBA guide's step 6 (a budgeted role that may read
+# the size of the directory where DP statements spill is refused).
+revoke_tablespace_size() {
+    sql -d "$1" -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC"
 }
 
 # sql [psql args...]: as the superuser, over the socket, unaligned and quiet.

@@ -32,7 +32,8 @@ node() {
     as_owner sed -i "1i host all $trusted 127.0.0.1/32 trust" "$dir/data/pg_hba.conf"
     as_owner "$(pg_bindir)/pg_ctl" -D "$dir/data" reload >/dev/null
     cluster_psql "$dir" "$port" -qAt -c "CREATE EXTENSION citus" -c "CREATE EXTENSION pg_exp_mech" \
-        -c "CREATE EXTENSION pg_stat_statements" >/dev/null
+        -c "CREATE EXTENSION pg_stat_statements" \
+        -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC" >/dev/null
 }
 COORDINATOR_PORT="$(free_port 57532)"; node coordinator "$COORDINATOR_PORT" postgres
 W1_PORT="$(free_port $((COORDINATOR_PORT + 1)))"; node worker1 "$W1_PORT" all

@@ -377,4 +377,51 @@ out="$(sql -c "SELECT * FROM v_badges" 2>&1 || true)"
 assert_contains "$out" 'invalid input syntax for type integer: "ABC-secret"' "a superuser's error keeps its text"
 [ "$(grep -cF "$WITHHELD: invalid input syntax for type integer: \"ABC-secret\"" "$CLUSTER/server.log")" -ge 5 ] \
     || fail "the withheld texts are in the server's log"
+echo "11. a budgeted role that may read the size of the temporary files' directory is refused"
+# pg_tablespace_size counts base/pgsql_tmp, where DP statements spill about 32 bytes a row
+# (the fourth review counted rows to within about 12 by bisecting work_mem). README's
+# step 6 revokes it; a budgeted role that may still execute it, granted to PUBLIC, to
+# itself or to a role it switches to, is refused before any row, and charged nothing.
+REFUSED='55000: role "analyst", which has a privacy budget, may execute pg_tablespace_size(name), which counts the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC (and any grant of them to the role)'
+before="$(spent)"
+sql -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(name) TO PUBLIC"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$REFUSED" "granted to PUBLIC"
+sql -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name) FROM PUBLIC" -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(oid) TO analyst"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "${REFUSED/size(name), which/size(oid), which}" "granted to the role"
+sql -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(oid) FROM analyst" -c "CREATE ROLE sizer" \
+    -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(name) TO sizer" -c "GRANT SELECT ON v_marital TO sizer" -c "GRANT sizer TO analyst" \
+    -c "ALTER ROLE analyst NOINHERIT"
+assert_eq "$(analyst -c "SET ROLE sizer" -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "${REFUSED/size(name), which/size(name) as role \"sizer\", which}" "a role the analyst switches to"
+assert_eq "$(spent)" "$before" "refusals charge nothing"
+sql -c "REVOKE sizer FROM analyst" -c "ALTER ROLE analyst INHERIT"
+assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "revoked: answered"
+echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
+# pg_terminate_backend from the analyst's other session ends the DP statement where it
+# is: the CONTEXT of the DBA's function's dynamic SQL named the row being read (the red
+# team of 2026-11-27, one value per charged statement).
+sql >/dev/null <<'SQL'
+CREATE TABLE patients AS SELECT 'secret-' || i AS diagnosis FROM generate_series(1, 2000) i;
+CREATE FUNCTION weight_of(x text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE w int; BEGIN EXECUTE format('SELECT length(%L) FROM pg_sleep(0.01)', x) INTO w; RETURN w; END $$;
+CREATE VIEW v_diag WITH (security_barrier) AS
+  SELECT dp_quantile(weight_of(diagnosis), 0.5, 0, 20, 0.1) AS med FROM patients;
+GRANT SELECT ON v_diag TO analyst;
+SQL
+analyst -c "SELECT * FROM v_diag" > "$CLUSTER/terminated.out" 2>&1 &
+victim=$!
+for _ in $(seq 100); do
+    pid="$(sql -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT * FROM v_diag' AND state = 'active'")"
+    [ -n "$pid" ] && break
+    sleep 0.05
+done
+[ -n "$pid" ] || fail "the DP statement to terminate did not start"
+sleep 0.3
+assert_eq "$(analyst -c "SELECT pg_terminate_backend($pid)")" "t" "the analyst terminates its own session"
+wait "$victim" || true
+out="$(cat "$CLUSTER/terminated.out")"
+assert_contains "$out" "FATAL:  57P01: terminating connection due to administrator command" "the terminated statement"
+assert_not_contains "$out" "secret-" "the terminated statement's message"
+assert_not_contains "$out" "CONTEXT" "the terminated statement's message"
+grep -q "CONTEXT: SQL statement \"SELECT length('secret-" "$CLUSTER/server.log" || fail "the withheld CONTEXT is in the server's log"
 echo "side channels: ok"

@@ -18,6 +18,7 @@ PG_CONFIG=/usr/bin/pg_config start_cluster "$OLD" "$OLD_PORT"
 trap 'PG_CONFIG=/usr/bin/pg_config stop_cluster "$OLD"; stop_cluster "$CLUSTER"' EXIT
 old -c "CREATE EXTENSION pg_exp_mech" >/dev/null
 old <<'SQL' >/dev/null
+REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC;
 CREATE ROLE analyst LOGIN PASSWORD 'analyst-password';
 CREATE ROLE "Delta Analyst" LOGIN PASSWORD 'delta-password';
 CREATE TABLE visits AS SELECT i % 5 AS page FROM generate_series(1, 200) i;

@@ -30,6 +30,11 @@ pub fn error_of(query: &str) -> String {
 }
 
 /// Runs every statement, failing the test on the first error.
+/// README's DBA guide, step 6: a budgeted role that may read the size of the directory
+/// where DP statements spill is refused.
+pub const REVOKE_TABLESPACE_SIZE: &str =
+    "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC";
+
 pub fn run(statements: &[&str]) {
     for statement in statements {
         Spi::run(statement).unwrap_or_else(|e| panic!("{statement}: {e}"));

@@ -54,21 +54,21 @@ pub unsafe fn mutate_query(
     }
 }
 
-/// Whether the current user may execute `function`: PostgreSQL 16 replaced
-/// `pg_proc_aclcheck` by `object_aclcheck`.
+/// Whether `role` may execute `function`: PostgreSQL 16 replaced `pg_proc_aclcheck` by
+/// `object_aclcheck`.
 ///
 /// # Safety
 /// A transaction must be open.
-pub unsafe fn may_execute(function: Oid) -> bool {
+pub unsafe fn may_execute(function: Oid, role: Oid) -> bool {
     // SAFETY: catalog lookups inside the transaction.
     unsafe {
         #[cfg(feature = "pg15")]
-        let result = pg_sys::pg_proc_aclcheck(function, pg_sys::GetUserId(), pg_sys::ACL_EXECUTE);
+        let result = pg_sys::pg_proc_aclcheck(function, role, pg_sys::ACL_EXECUTE);
         #[cfg(not(feature = "pg15"))]
         let result = pg_sys::object_aclcheck(
             pg_sys::ProcedureRelationId,
             function,
-            pg_sys::GetUserId(),
+            role,
             pg_sys::ACL_EXECUTE.into(),
         );
         result == pg_sys::AclResult::ACLCHECK_OK

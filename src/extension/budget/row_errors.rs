@@ -13,6 +13,7 @@
 //! (../shared/PRIVACY.md, section 6), and query_canceled (a cancel or a timeout, whose
 //! text names no value).
 
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::{CaughtError, ErrorReport};
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -56,5 +57,46 @@ pub fn withheld<T>(withhold: impl Fn() -> bool, step: impl FnOnce() -> T) -> T {
                 .report(PgLogLevel::ERROR);
             unreachable!("an ERROR does not return")
         }
+    }
+}
+
+/// A FATAL raised while a budgeted role's DP node runs (`pg_terminate_backend` of the
+/// analyst's own session, from another) ends the process without unwinding, and carries
+/// the CONTEXT of what ran then: the DBA's function's dynamic SQL named the row's value
+/// (`SQL statement "SELECT ... WHERE code = 'flu-6aca...'"`; the red team of 2026-11-27).
+/// Its message and SQLSTATE stay (they name no row); its context, detail, hint and
+/// internal query go to the server's log only.
+///
+/// # Safety
+/// `message` must be the message being emitted (from emit_log_hook).
+pub unsafe fn withhold_context(message: *mut pg_sys::ErrorData) {
+    // SAFETY: as the caller guarantees; the strings live in ErrorContext, where a
+    // message's strings are allocated, and is current while it is emitted.
+    unsafe {
+        let message = &mut *message;
+        let mut withheld = String::new();
+        for (label, text) in [
+            ("DETAIL", &mut message.detail),
+            ("HINT", &mut message.hint),
+            ("QUERY", &mut message.internalquery),
+            ("CONTEXT", &mut message.context),
+        ] {
+            if !text.is_null() {
+                let said = std::ffi::CStr::from_ptr(*text).to_string_lossy();
+                withheld.push_str(&format!("{label}: {said}\n"));
+                *text = std::ptr::null_mut();
+            }
+        }
+        message.internalpos = 0;
+        if withheld.is_empty() {
+            return;
+        }
+        if !message.detail_log.is_null() {
+            let said = std::ffi::CStr::from_ptr(message.detail_log).to_string_lossy();
+            withheld.insert_str(0, &format!("{said}\n"));
+        }
+        let text =
+            std::ffi::CString::new(withheld.trim_end().replace('\0', "")).expect("no NUL left");
+        message.detail_log = pg_sys::MemoryContextStrdup(pg_sys::ErrorContext, text.as_ptr());
     }
 }

@@ -168,7 +168,8 @@ unsafe fn is_budget_administrator(fcinfo: pg_sys::FunctionCallInfo) -> bool {
         );
         let arguments = [pg_sys::REGROLEOID, pg_sys::FLOAT8OID, pg_sys::FLOAT8OID];
         let function = pg_sys::LookupFuncName(name, 3, arguments.as_ptr(), true);
-        function != pg_sys::InvalidOid && crate::extension::versions::may_execute(function)
+        function != pg_sys::InvalidOid
+            && crate::extension::versions::may_execute(function, pg_sys::GetUserId())
     }
 }
 

@@ -29,7 +29,7 @@
 
 use super::charge::session_is_budgeted;
 use super::identity::dp_aggregate;
-use super::row_errors::withheld;
+use super::row_errors::{withheld, withhold_context};
 use pgrx::pg_sys::{self, NodeTag};
 use pgrx::{is_a, PgList};
 use std::cell::Cell;
@@ -90,6 +90,11 @@ unsafe extern "C-unwind" fn silenced_messages(message: *mut pg_sys::ErrorData) {
     unsafe {
         let level = (*message).elevel;
         let silenced = SILENCES.get() > 0 || OFF_SINCE_ABORT.with(|off| off.get().is_some());
+        if SILENCES.get() > 0 && BELOW_DP.get() > 0 && level > pg_sys::PGERROR as std::ffi::c_int {
+            // A FATAL ends the process where it is raised: no unwinding reaches
+            // row_errors.rs.
+            withhold_context(message);
+        }
         // Below a DP aggregate (or anywhere in a parallel worker of a silenced plan, whose
         // messages the leader rethrows later), NOTICE and WARNING too: the DBA's view
         // may call what complains about a row (`to_tsvector`'s "word is too long to be
