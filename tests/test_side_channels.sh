@@ -424,4 +424,31 @@ assert_contains "$out" "FATAL:  57P01: terminating connection due to administrat
 assert_not_contains "$out" "secret-" "the terminated statement's message"
 assert_not_contains "$out" "CONTEXT" "the terminated statement's message"
 grep -q "CONTEXT: SQL statement \"SELECT length('secret-" "$CLUSTER/server.log" || fail "the withheld CONTEXT is in the server's log"
+echo "13. a grouped DP node hands out its groups once it read every row"
+# Under sorted grouping, groups left one by one: those sent before an error of the DBA's
+# expression told in which group the failing row lies (the red team of 2026-11-27).
+sql >/dev/null <<'SQL'
+CREATE TABLE grouped_badges AS SELECT 'g' || (i % 10) AS grp, i::text AS code FROM generate_series(1, 2000) i;
+INSERT INTO grouped_badges VALUES ('g9', 'ABC-secret');
+CREATE VIEW v_badge_groups WITH (security_barrier) AS
+  SELECT grp, dp_quantile(code::int, 0.5, 0, 3000, 0.1) AS med FROM grouped_badges GROUP BY grp;
+CREATE VIEW v_badge_groups_ok WITH (security_barrier) AS
+  SELECT grp, dp_quantile(code::int, 0.5, 0, 3000, 0.1) AS med FROM grouped_badges WHERE code ~ '^[0-9]+$' GROUP BY grp;
+GRANT SELECT ON v_badge_groups, v_badge_groups_ok TO analyst;
+SQL
+SORTED="SET enable_hashagg = off"
+assert_contains "$(analyst -c "$SORTED" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_badge_groups")" "GroupAggregate" "sorted grouping"
+out="$(analyst -c "$SORTED" -c "BEGIN" -c "DECLARE c CURSOR FOR SELECT grp FROM v_badge_groups" -c "FETCH 1 FROM c" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "a cursor's first FETCH: the error"
+assert_not_contains "$out" "g0" "a cursor's first FETCH: no group before the error"
+out="$(analyst -v FETCH_COUNT=1 -c "$SORTED" -c "SELECT grp FROM v_badge_groups" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "FETCH_COUNT 1"
+assert_not_contains "$out" "g0" "FETCH_COUNT 1: no group before the error"
+# Held groups come out all, in order, and again at each loop of a rescanned node.
+assert_eq "$(analyst -c "$SORTED" -c "SELECT string_agg(grp, ' ') FROM v_badge_groups_ok")" "g0 g1 g2 g3 g4 g5 g6 g7 g8 g9" "every group, sorted"
+assert_eq "$(analyst -c "SELECT string_agg(grp, ' ' ORDER BY grp) FROM v_badge_groups_ok")" "g0 g1 g2 g3 g4 g5 g6 g7 g8 g9" "every group, hashed"
+before="$(spent)"
+assert_eq "$(analyst -c "$SORTED" -c "SELECT string_agg(k || ':' || (SELECT count(*) FROM v_badge_groups_ok v WHERE v.grp = k), ' ') FROM unnest(ARRAY['g1', 'g5', 'g7']) k")" \
+    "g1:1 g5:1 g7:1" "a rescanned node's groups"
+assert_eq "$(sql -c "SELECT round(($(spent) - $before)::numeric, 6)")" "0.300000" "each loop charged"
 echo "side channels: ok"

@@ -21,6 +21,7 @@
 //! - `identity`: which functions are this extension's aggregates;
 //! - `barrier`: no function of the analyst's sees the rows under a DP aggregate;
 //! - `charge`: the charge itself, and who must have a budget;
+//! - `held_groups`: a budgeted role's DP node hands out its groups once it read every row;
 //! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
 //! - `row_errors`: an error raised by the rows under a DP aggregate keeps its SQLSTATE,
 //!   not its text;
@@ -30,6 +31,7 @@
 mod barrier;
 mod charge;
 mod cost;
+mod held_groups;
 mod identity;
 mod late_start;
 mod metering;

@@ -22,6 +22,7 @@
 
 use super::charge::{charge, role_name, session_is_budgeted, session_role, Release};
 use super::cost::{charged_arguments, cost, evaluate, release_of, Cost};
+use super::held_groups::{may_stream, HeldGroups};
 use super::identity::{dp_aggregate, forget_identities};
 use super::late_start;
 use super::statistics::{below_dp_nodes, count_again, is_silenced, Silence};
@@ -49,6 +50,8 @@ struct Meter {
     /// evaluated and paid at the start of every loop, the first included.
     per_loop: Vec<LoopCall>,
     loops: u64,
+    /// Where a budgeted role's node that may stream holds its groups (held_groups.rs).
+    held: Option<HeldGroups>,
 }
 
 /// A DP aggregate call: the address of the node that finalizes it, and its aggno there.
@@ -644,11 +647,13 @@ unsafe fn install_meter(
             (*node).instrument = pgrx::PgMemoryContexts::For((*found.estate).es_query_cxt)
                 .switch_to(|_| pg_sys::InstrAlloc(1, 0, false));
         }
+        let held = (may_stream(node) && session_is_budgeted()).then(|| HeldGroups::new(node));
         let meter = Meter {
             original: (*node).ExecProcNodeReal,
             releases,
             per_loop,
             loops: 0,
+            held,
         };
         found.registered().nodes.push(node as usize);
         (*node).ExecProcNodeReal = Some(metered_exec_proc_node);
@@ -664,7 +669,7 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
 ) -> *mut pg_sys::TupleTableSlot {
     // SAFETY: installed by install_meter on this node, whose instrument it set.
     let starts_loop = unsafe { !(*(*node).instrument).running };
-    let (original, mut releases, per_loop) = METERS.with(|meters| {
+    let (original, mut releases, per_loop, held) = METERS.with(|meters| {
         let mut meters = meters.borrow_mut();
         let meter = meters
             .get_mut(&(node as usize))
@@ -678,7 +683,7 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
             }
             per_loop = meter.per_loop.clone();
         }
-        (meter.original, releases, per_loop)
+        (meter.original, releases, per_loop, meter.held)
     });
     for call in per_loop {
         // SAFETY: the call's expressions, of this running node's plan; the outer row's
@@ -704,10 +709,24 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
     }
     charge(&releases);
     let original = original.expect("an executor node has an ExecProcNode");
-    // SAFETY: the node's own ExecProcNode, as ExecInitNode set it; an error it raises
-    // unwinds through the guard of below_dp_nodes and is raised again at this function's
-    // boundary.
-    below_dp_nodes(|| unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| original(node)) })
+    let step = || {
+        // SAFETY: the node's own ExecProcNode, as ExecInitNode set it; an error it raises
+        // unwinds through the guard of below_dp_nodes and is raised again at this
+        // function's boundary.
+        below_dp_nodes(|| unsafe {
+            pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| original(node))
+        })
+    };
+    let Some(held) = held else {
+        return step();
+    };
+    // SAFETY: this node's groups, in its running query.
+    unsafe {
+        if starts_loop {
+            held.fill(step);
+        }
+        held.next(node)
+    }
 }
 
 /// A record of what this query registers, whose entries are forgotten when the query's
