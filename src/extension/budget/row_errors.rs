@@ -38,7 +38,9 @@ pub fn withheld<T>(withhold: impl Fn() -> bool, step: impl FnOnce() -> T) -> T {
                 resume_unwind(payload)
             };
             let code = error.sql_error_code();
+            // (A Citus worker's withheld error comes back raised by Citus.)
             if error.function_name() == Some(OWN_ERRORS)
+                || error.message() == WITHHELD
                 || code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED
             {
                 resume_unwind(payload)
