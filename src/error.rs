@@ -131,9 +131,17 @@ pub enum Error {
     /// Budgets are configured but cannot be enforced in this session.
     #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
-    /// A budgeted role may read the size of the directory where DP statements spill.
-    #[error("role \"{role}\", which has a privacy budget, may execute {function}, which counts the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC (and any grant of them to the role)")]
-    TemporaryFilesReadable { role: String, function: String },
+    /// A budgeted role may read the temporary files where DP statements spill.
+    #[error("role \"{role}\", which has a privacy budget, may execute {function}{through}, which reads the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC, and from the role and every role it is a member of")]
+    TemporaryFilesReadable {
+        role: String,
+        function: String,
+        /// Empty, or the role whose grant it reaches.
+        through: String,
+    },
+    /// A budgeted role's DP node held more groups than it may (held_groups.rs).
+    #[error("a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed {limit_kb} kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups")]
+    HeldGroupsTooLarge { limit_kb: i32 },
     /// The shared table of accounts is full.
     #[error("the privacy ledger tracks at most {capacity} roles, and all are in use (raise pg_exp_mech.max_roles and restart)")]
     TooManyRoles { capacity: usize },
@@ -188,7 +196,7 @@ impl Error {
             // cant_change_runtime_param, as PostgreSQL's own "cannot be changed now"
             Error::SettingFixed => "55P02",
             // program_limit_exceeded
-            Error::TooManyRoles { .. } => "54000",
+            Error::TooManyRoles { .. } | Error::HeldGroupsTooLarge { .. } => "54000",
             // io_error
             Error::LedgerWrite { .. } | Error::LedgerRead { .. } => "58030",
         }

@@ -377,25 +377,31 @@ out="$(sql -c "SELECT * FROM v_badges" 2>&1 || true)"
 assert_contains "$out" 'invalid input syntax for type integer: "ABC-secret"' "a superuser's error keeps its text"
 [ "$(grep -cF "$WITHHELD: invalid input syntax for type integer: \"ABC-secret\"" "$CLUSTER/server.log")" -ge 5 ] \
     || fail "the withheld texts are in the server's log"
-echo "11. a budgeted role that may read the size of the temporary files' directory is refused"
+echo "11. a budgeted role that may read the temporary files' directory is refused"
 # pg_tablespace_size counts base/pgsql_tmp, where DP statements spill about 32 bytes a row
-# (the fourth review counted rows to within about 12 by bisecting work_mem). README's
-# step 6 revokes it; a budgeted role that may still execute it, granted to PUBLIC, to
-# itself or to a role it switches to, is refused before any row, and charged nothing.
-REFUSED='55000: role "analyst", which has a privacy budget, may execute pg_tablespace_size(name), which counts the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC (and any grant of them to the role)'
+# (the fourth review counted rows to within about 12 by bisecting work_mem); pg_ls_tmpdir
+# lists each file's size to pg_monitor. README's step 6 revokes the first; a budgeted
+# role that may still execute one, granted to PUBLIC, to itself, to a role it belongs to
+# (even without INHERIT: it may switch to it, or read from another session) is refused
+# before any row, and charged nothing.
+refused() { echo "55000: role \"analyst\", which has a privacy budget, may execute $1${2:-}, which reads the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION $1 FROM PUBLIC, and from the role and every role it is a member of"; }
 before="$(spent)"
 sql -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(name) TO PUBLIC"
-assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$REFUSED" "granted to PUBLIC"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_tablespace_size(name)")" "granted to PUBLIC"
 sql -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name) FROM PUBLIC" -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(oid) TO analyst"
-assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "${REFUSED/size(name), which/size(oid), which}" "granted to the role"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_tablespace_size(oid)")" "granted to the role"
 # (NOINHERIT before the GRANT: from PostgreSQL 16 on, a membership takes it then.)
 sql -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(oid) FROM analyst" -c "CREATE ROLE sizer" \
     -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(name) TO sizer" -c "GRANT SELECT ON v_marital TO sizer" \
     -c "ALTER ROLE analyst NOINHERIT" -c "GRANT sizer TO analyst"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "$(refused "pg_tablespace_size(name)" " as a member of role \"sizer\"")" "a role the analyst may switch to"
 assert_eq "$(analyst -c "SET ROLE sizer" -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
-    "${REFUSED/size(name), which/size(name) as role \"sizer\", which}" "a role the analyst switches to"
+    "$(refused "pg_tablespace_size(name)" " as role \"sizer\"")" "a role the analyst switched to"
+sql -c "REVOKE sizer FROM analyst" -c "ALTER ROLE analyst INHERIT" -c "GRANT pg_monitor TO analyst"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_ls_tmpdir()")" "pg_monitor"
 assert_eq "$(spent)" "$before" "refusals charge nothing"
-sql -c "REVOKE sizer FROM analyst" -c "ALTER ROLE analyst INHERIT"
+sql -c "REVOKE pg_monitor FROM analyst"
 assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "revoked: answered"
 echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
 # pg_terminate_backend from the analyst's other session ends the DP statement where it
@@ -452,4 +458,49 @@ before="$(spent)"
 assert_eq "$(analyst -c "$SORTED" -c "SELECT string_agg(k || ':' || (SELECT count(*) FROM v_badge_groups_ok v WHERE v.grp = k), ' ') FROM unnest(ARRAY['g1', 'g5', 'g7']) k")" \
     "g1:1 g5:1 g7:1" "a rescanned node's groups"
 assert_eq "$(sql -c "SELECT round(($(spent) - $before)::numeric, 6)")" "0.300000" "each loop charged"
+# Partitionwise, each partition's node finalized its groups under an Append, which sent
+# one partition's groups before reading the next one's rows (the red team's second
+# round): a budgeted role's DP statement is planned without it.
+sql >/dev/null <<'SQL'
+CREATE TABLE parted_badges (grp text, code text) PARTITION BY LIST (grp);
+CREATE TABLE parted_badges_a PARTITION OF parted_badges FOR VALUES IN ('g0', 'g1', 'g2');
+CREATE TABLE parted_badges_b PARTITION OF parted_badges FOR VALUES IN ('g3', 'g4', 'g5');
+CREATE TABLE parted_badges_c PARTITION OF parted_badges FOR VALUES IN ('g6', 'g7', 'g8', 'g9');
+INSERT INTO parted_badges SELECT 'g' || (i % 10), i::text FROM generate_series(1, 2000) i;
+INSERT INTO parted_badges VALUES ('g7', 'ABC-secret');
+CREATE VIEW v_parted_badges WITH (security_barrier) AS
+  SELECT grp, dp_quantile(code::int, 0.5, 0, 3000, 0.1) AS med FROM parted_badges GROUP BY grp;
+GRANT SELECT ON v_parted_badges TO analyst;
+SQL
+PARTITIONWISE="SET enable_partitionwise_aggregate = on"
+assert_eq "$(sql -c "$PARTITIONWISE" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_parted_badges" | grep -c "Aggregate")" "3" "partitionwise for a superuser"
+assert_eq "$(analyst -c "$PARTITIONWISE" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_parted_badges" | grep -c "Aggregate")" "1" "not partitionwise for the analyst"
+out="$(analyst -v FETCH_COUNT=1 -c "$PARTITIONWISE" -c "SELECT grp FROM v_parted_badges" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "partitionwise: the error"
+assert_not_contains "$out" "g0" "partitionwise: no group before the error"
+# Held groups stay in memory up to work_mem * hash_mem_multiplier, and at least 64 MB (a
+# store that spilled kept a temporary file that a failed FETCH in a savepoint closed, and
+# its end wrote to it: the red team's second round); more is refused, by the size of the
+# groups the client would get. An error after many groups leaves the session working.
+sql >/dev/null <<'SQL'
+CREATE TABLE many_badges AS SELECT i AS grp, i::text AS code FROM generate_series(1, 70000) i;
+CREATE VIEW v_many_badges WITH (security_barrier) AS
+  SELECT grp, dp_quantile(code::int, 0.5, 0, 100000, 0.1) AS med FROM many_badges GROUP BY grp;
+CREATE VIEW v_wide_badges WITH (security_barrier) AS
+  SELECT grp, repeat('x', 1000) || grp AS pad, dp_quantile(code::int, 0.5, 0, 100000, 0.1) AS med FROM many_badges GROUP BY grp;
+GRANT SELECT ON v_many_badges, v_wide_badges TO analyst;
+SQL
+out="$(analyst -c "SET work_mem = '64kB'" -c "SELECT count(*), count(DISTINCT grp) FROM v_many_badges" 2>&1)"
+assert_eq "$out" "70000|70000" "held groups past work_mem"
+assert_eq "$(analyst -c "SELECT count(*), max(length(pad)) FROM v_wide_badges" 2>&1 | first_error)" \
+    "54000: a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed 65536 kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups" \
+    "held groups past 64 MB"
+assert_eq "$(analyst -c "SET work_mem = '100MB'" -c "SELECT count(*), max(length(pad)) FROM v_wide_badges")" "70000|1005" "held groups within a larger work_mem"
+sql -c "INSERT INTO many_badges VALUES (70001, 'ABC-secret')" >/dev/null
+out="$(analyst -c "SET work_mem = '64kB'" -c "$SORTED" -c "SELECT count(*) FROM v_many_badges" -c "SELECT 'still here'" 2>&1 || true)"
+assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "an error after many held groups"
+assert_eq "$(analyst -v ON_ERROR_STOP=0 -c "SET work_mem = '64kB'" -c "$SORTED" -c "BEGIN" -c "DECLARE c CURSOR FOR SELECT * FROM v_many_badges" \
+    -c "SAVEPOINT s" -c "FETCH 1 FROM c" -c "ROLLBACK TO s" -c "SELECT 'still here'" -c "COMMIT" 2>&1 | tail -1)" "still here" \
+    "an error after the spill, in a savepoint"
+assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || true)" "leak" "no temporary file left open"
 echo "side channels: ok"

@@ -68,7 +68,7 @@ pub fn charge(releases: &[Release]) {
         return;
     }
     if must_have_budget || has_limit(role) {
-        refuse_readable_temporary_files(role);
+        super::temporary_files::refuse_readable(role);
     }
     let time = now();
     let statement = statement_fingerprint();
@@ -122,47 +122,6 @@ fn refuse_unless_unmetered() {
         raise(Error::BudgetsUnavailable {
             reason: format!("this cluster keeps a privacy ledger ({LEDGER_PATH}), but pg_exp_mech is not in shared_preload_libraries"),
         });
-    }
-}
-
-/// Every role may read the size of its database's default tablespace, which counts the
-/// temporary files of every database, where DP statements spill about 32 bytes a row (the
-/// fourth review counted rows to within about 12 by bisecting `work_mem`, reading it while
-/// a cursor held the files). No hook of PostgreSQL's can refuse a built-in function, so a
-/// budgeted role that may execute it (as the login role, or as the current one) is refused
-/// before any row is read: README's DBA guide, step 6, cannot be forgotten quietly.
-fn refuse_readable_temporary_files(role: u32) {
-    let functions = [
-        (
-            pg_sys::F_PG_TABLESPACE_SIZE_NAME,
-            "pg_tablespace_size(name)",
-        ),
-        (
-            pg_sys::F_PG_TABLESPACE_SIZE_OID.to_u32(),
-            "pg_tablespace_size(oid)",
-        ),
-    ];
-    // SAFETY: catalog lookups inside the statement's transaction.
-    let current = unsafe { pg_sys::GetUserId() };
-    for (function, name) in functions {
-        for who in [Oid::from(role), current] {
-            // SAFETY: as above; superuser_arg accepts any oid.
-            let may = unsafe {
-                !pg_sys::superuser_arg(who)
-                    && crate::extension::versions::may_execute(Oid::from(function), who)
-            };
-            if may {
-                let function = if who == Oid::from(role) {
-                    name.to_string()
-                } else {
-                    format!("{name} as role \"{}\"", role_name(who.to_u32()))
-                };
-                raise(Error::TemporaryFilesReadable {
-                    role: role_name(role),
-                    function,
-                });
-            }
-        }
     }
 }
 

@@ -11,7 +11,18 @@
 //! read: an error comes before any group, and the time of the first FETCH is the whole
 //! node's.
 
+use crate::error::Error;
+use crate::extension::raise;
 use pgrx::pg_sys;
+
+/// How much a node may hold: PostgreSQL's own limit for a hash table
+/// (`work_mem * hash_mem_multiplier`), and at least 64 MB (about 10^6 groups of a key and a
+/// quantile).
+fn limit_kb() -> i32 {
+    // SAFETY: reads two settings of this backend.
+    let (work_mem, multiplier) = unsafe { (pg_sys::work_mem, pg_sys::hash_mem_multiplier) };
+    ((work_mem as f64 * multiplier).min(i32::MAX as f64) as i32).max(64 * 1024)
+}
 
 /// The groups of one loop of a node, held in the query's memory.
 #[derive(Clone, Copy)]
@@ -47,10 +58,9 @@ impl HeldGroups {
     pub unsafe fn new(node: *mut pg_sys::PlanState) -> HeldGroups {
         // SAFETY: the node and its executor state are valid, as the caller guarantees.
         unsafe {
-            pgrx::PgMemoryContexts::For((*(*node).state).es_query_cxt).switch_to(|_| {
-                // Kept in memory whatever its size: a store that spilled would hold a
-                // temporary file, which an abort closes before the query's memory goes.
-                let store = pg_sys::tuplestore_begin_heap(false, false, i32::MAX);
+            let memory = (*(*node).state).es_query_cxt;
+            pgrx::PgMemoryContexts::For(memory).switch_to(|_| {
+                let store = pg_sys::tuplestore_begin_heap(false, false, limit_kb());
                 let slot = pg_sys::MakeSingleTupleTableSlot(
                     (*node).ps_ResultTupleDesc,
                     &pg_sys::TTSOpsMinimalTuple,
@@ -76,6 +86,16 @@ impl HeldGroups {
                     return;
                 }
                 pg_sys::tuplestore_puttupleslot(self.store, slot);
+                // Held in memory only: a store that spilled would hold a temporary file,
+                // which an abort can close before the query's memory goes (a cursor's
+                // FETCH that failed in a savepoint), and ending the store then would
+                // close it twice. How much is held is the size of the groups the client
+                // gets, so the refusal depends on them alone.
+                if !pg_sys::tuplestore_in_memory(self.store) {
+                    raise(Error::HeldGroupsTooLarge {
+                        limit_kb: limit_kb(),
+                    });
+                }
             }
         }
     }

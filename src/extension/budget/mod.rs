@@ -25,6 +25,8 @@
 //! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
 //! - `row_errors`: an error raised by the rows under a DP aggregate keeps its SQLSTATE,
 //!   not its text;
+//! - `temporary_files`: a budgeted role that may read the temporary files DP statements
+//!   spill is refused;
 //! - `wal`: the ledger's WAL records and their redo, for recovery and standbys;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
@@ -40,6 +42,7 @@ mod row_errors;
 mod shared;
 mod sql;
 mod statistics;
+mod temporary_files;
 mod upgrade;
 mod wal;
 

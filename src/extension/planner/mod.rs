@@ -8,7 +8,8 @@
 //!   (`units`: the rewrite lives there);
 //! - conditions that call functions that are not leakproof stay above the DP views they
 //!   filter (`barrier_quals`);
-//! - a budgeted role's DP statement is planned with statistics counters off;
+//! - a budgeted role's DP statement is planned with statistics counters off, and without
+//!   partitionwise aggregation;
 //! - under Citus, DP aggregates are finalized on the coordinator, where the one budget
 //!   meters them (`citus`).
 
@@ -61,14 +62,37 @@ unsafe extern "C-unwind" fn plan_query(
         // Planning may read the data (the planner reads an index's extremes to estimate
         // a range): not counted for a budgeted role's DP statement (statistics.rs).
         // A fragment of a DP statement that Citus sends to a worker: not counted either.
-        let silenced = (dp && session_is_budgeted()) || citus::is_fragment(parse);
+        let budgeted = dp && session_is_budgeted();
+        let silenced = budgeted || citus::is_fragment(parse);
         let _silence = silenced.then(|| Silence::begin(std::ptr::null_mut()));
+        // Partitionwise, each partition's DP node finalizes its own groups under an
+        // Append, which hands out one partition's groups before it reads the next
+        // partition's rows: an error of the DBA's expression told in which partition the
+        // failing row lies (the red team of 2026-11-27; held_groups.rs holds the groups
+        // of one node).
+        let level = budgeted.then(|| {
+            let level = pg_sys::NewGUCNestLevel();
+            pg_sys::set_config_option(
+                c"enable_partitionwise_aggregate".as_ptr(),
+                c"off".as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+            level
+        });
         let planned = match PREVIOUS_PLANNER {
             Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
                 previous(parse, query_string, cursor_options, bound_parameters)
             }),
             None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_parameters),
         };
+        if let Some(level) = level {
+            pg_sys::AtEOXact_GUC(true, level);
+        }
         if let Some(prepared) = prepared {
             prepared.finish(planned);
         }

@@ -1,0 +1,170 @@
+//! A budgeted role that may read the temporary files DP statements spill is refused.
+//!
+//! A sort or hash under a DP aggregate that spills writes about 32 bytes a row under
+//! `base/pgsql_tmp`, and the analyst chooses `work_mem`. Every role may execute
+//! `pg_tablespace_size`, which counts that directory (the fourth review counted rows to
+//! within about 12 by bisecting `work_mem`, reading it while a cursor held the files);
+//! `pg_ls_tmpdir` lists each file's size to `pg_monitor`, which DBAs give out for
+//! monitoring; the file functions read the files themselves where granted (the red team
+//! of 2026-11-27). No hook of PostgreSQL's can refuse a built-in function, so a budgeted
+//! role that may execute one of them is refused before any row is read: as its login
+//! role, as the current role, or as any role it may switch to (a membership without
+//! INHERIT, or a second session). README's DBA guide, step 6, cannot be forgotten
+//! quietly. The other databases' grants are out of sight (README).
+
+use super::charge::role_name;
+use crate::error::Error;
+use crate::extension::raise;
+use crate::extension::versions::may_execute;
+use pgrx::pg_sys::{self, Oid};
+
+/// The functions that read `base/pgsql_tmp`, by name and argument types.
+const READERS: &[(&str, &[Oid])] = &[
+    ("pg_tablespace_size", &[pg_sys::NAMEOID]),
+    ("pg_tablespace_size", &[pg_sys::OIDOID]),
+    ("pg_ls_tmpdir", &[]),
+    ("pg_ls_tmpdir", &[pg_sys::OIDOID]),
+    ("pg_stat_file", &[pg_sys::TEXTOID]),
+    ("pg_stat_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
+    ("pg_ls_dir", &[pg_sys::TEXTOID]),
+    (
+        "pg_ls_dir",
+        &[pg_sys::TEXTOID, pg_sys::BOOLOID, pg_sys::BOOLOID],
+    ),
+    ("pg_read_file", &[pg_sys::TEXTOID]),
+    ("pg_read_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
+    (
+        "pg_read_file",
+        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::INT8OID],
+    ),
+    (
+        "pg_read_file",
+        &[
+            pg_sys::TEXTOID,
+            pg_sys::INT8OID,
+            pg_sys::INT8OID,
+            pg_sys::BOOLOID,
+        ],
+    ),
+    ("pg_read_binary_file", &[pg_sys::TEXTOID]),
+    ("pg_read_binary_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
+    (
+        "pg_read_binary_file",
+        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::INT8OID],
+    ),
+    (
+        "pg_read_binary_file",
+        &[
+            pg_sys::TEXTOID,
+            pg_sys::INT8OID,
+            pg_sys::INT8OID,
+            pg_sys::BOOLOID,
+        ],
+    ),
+];
+
+/// Refuses the statement of `role` (the login role, which has a budget) if it may read
+/// the temporary files.
+pub fn refuse_readable(role: u32) {
+    let login = Oid::from(role);
+    // SAFETY: catalog lookups inside the statement's transaction.
+    unsafe {
+        if pg_sys::superuser_arg(login) {
+            return;
+        }
+        let current = pg_sys::GetUserId();
+        for (name, arguments) in READERS {
+            let Some(function) = lookup(name, arguments) else {
+                continue;
+            };
+            let through = if may_execute(function, login) {
+                Some(String::new())
+            } else if may_execute(function, current) {
+                Some(format!(" as role \"{}\"", role_name(current.to_u32())))
+            } else {
+                granted_to_a_role_of(function, login)
+                    .map(|other| format!(" as a member of role \"{}\"", role_name(other.to_u32())))
+            };
+            if let Some(through) = through {
+                let types: Vec<String> = arguments
+                    .iter()
+                    .map(|t| {
+                        let name = pg_sys::format_type_be(*t);
+                        std::ffi::CStr::from_ptr(name)
+                            .to_string_lossy()
+                            .into_owned()
+                    })
+                    .collect();
+                raise(Error::TemporaryFilesReadable {
+                    role: role_name(role),
+                    function: format!("{name}({})", types.join(", ")),
+                    through,
+                });
+            }
+        }
+    }
+}
+
+/// The function `pg_catalog.name(arguments)`, if this version has it.
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn lookup(name: &str, arguments: &[Oid]) -> Option<Oid> {
+    // SAFETY: as the caller guarantees; the name list is built in the current context.
+    unsafe {
+        let qualified = pg_sys::lappend(
+            pg_sys::lappend(
+                std::ptr::null_mut(),
+                pg_sys::makeString(pg_sys::pstrdup(c"pg_catalog".as_ptr())).cast(),
+            ),
+            pg_sys::makeString(pg_sys::pstrdup(
+                std::ffi::CString::new(name).expect("no NUL").as_ptr(),
+            ))
+            .cast(),
+        );
+        let function =
+            pg_sys::LookupFuncName(qualified, arguments.len() as _, arguments.as_ptr(), true);
+        (function != pg_sys::InvalidOid).then_some(function)
+    }
+}
+
+/// A role named in `function`'s privileges that `login` is a member of, with or without
+/// INHERIT (so that it may SET ROLE to it).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn granted_to_a_role_of(function: Oid, login: Oid) -> Option<Oid> {
+    // SAFETY: as the caller guarantees; the tuple is released before returning, the ACL
+    // is a detoasted copy or the tuple's own datum, read while the tuple is held.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::PROCOID as _,
+            pg_sys::Datum::from(function),
+        );
+        if tuple.is_null() {
+            return None;
+        }
+        let mut is_null = false;
+        let datum = pg_sys::SysCacheGetAttr(
+            pg_sys::SysCacheIdentifier::PROCOID as _,
+            tuple,
+            pg_sys::Anum_pg_proc_proacl as _,
+            &mut is_null,
+        );
+        let mut found = None;
+        if !is_null {
+            let acl = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *const pg_sys::Acl;
+            let mut roles: *mut Oid = std::ptr::null_mut();
+            let count = pg_sys::aclmembers(acl, &mut roles);
+            for i in 0..count.max(0) as usize {
+                let other = *roles.add(i);
+                if pg_sys::is_member_of_role(login, other) {
+                    found = Some(other);
+                    break;
+                }
+            }
+        }
+        pg_sys::ReleaseSysCache(tuple);
+        found
+    }
+}
