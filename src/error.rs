@@ -131,8 +131,8 @@ pub enum Error {
     /// Budgets are configured but cannot be enforced in this session.
     #[error("privacy budgets cannot be enforced: {reason}")]
     BudgetsUnavailable { reason: String },
-    /// A budgeted role may read the temporary files where DP statements spill.
-    #[error("role \"{role}\", which has a privacy budget, may execute {function}{through}, which reads the temporary files a differentially private statement spills (about 32 bytes a row): in every database of the cluster, REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC, and from the role and every role it is a member of")]
+    /// A budgeted role may read the temporary files DP statements spill, or their memory.
+    #[error("role \"{role}\", which has a privacy budget, may execute {function}{through}, which reads the temporary files or the memory of a differentially private statement (both grow with its rows): in every database of the cluster, REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC, and from the role and every role it is a member of")]
     TemporaryFilesReadable {
         role: String,
         function: String,

@@ -314,3 +314,33 @@ pub fn seeding() -> Seeding {
         },
     }
 }
+
+/// Runs `step` with PostgreSQL's setting `name` at `value`, as a function's SET clause
+/// does: in a nest level of the settings, popped when `step` returns; an error leaves the
+/// level to the (sub)transaction's abort, which pops it.
+///
+/// # Safety
+/// A transaction must be open; `name` must be a setting the session may change.
+pub unsafe fn with_setting<T>(
+    name: &std::ffi::CStr,
+    value: &std::ffi::CStr,
+    step: impl FnOnce() -> T,
+) -> T {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let level = pgrx::pg_sys::NewGUCNestLevel();
+        pgrx::pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pgrx::pg_sys::GucContext::PGC_USERSET,
+            pgrx::pg_sys::GucSource::PGC_S_SESSION,
+            pgrx::pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let result = step();
+        pgrx::pg_sys::AtEOXact_GUC(true, level);
+        result
+    }
+}

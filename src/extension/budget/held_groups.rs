@@ -80,22 +80,30 @@ impl HeldGroups {
         // is valid until its next call.
         unsafe {
             pg_sys::tuplestore_clear(self.store);
+            let mut too_large = false;
             loop {
                 let slot = next_group();
                 if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 {
-                    return;
+                    break;
+                }
+                if too_large {
+                    continue;
                 }
                 pg_sys::tuplestore_puttupleslot(self.store, slot);
                 // Held in memory only: a store that spilled would hold a temporary file,
                 // which an abort can close before the query's memory goes (a cursor's
                 // FETCH that failed in a savepoint), and ending the store then would
                 // close it twice. How much is held is the size of the groups the client
-                // gets, so the refusal depends on them alone.
-                if !pg_sys::tuplestore_in_memory(self.store) {
-                    raise(Error::HeldGroupsTooLarge {
-                        limit_kb: limit_kb(),
-                    });
-                }
+                // would get, so the refusal depends on them alone; it comes after the
+                // node's last row, so that an error of a later row comes first (refused
+                // at once, which of the two came told where the failing row lies: the
+                // red team's third round).
+                too_large = !pg_sys::tuplestore_in_memory(self.store);
+            }
+            if too_large {
+                raise(Error::HeldGroupsTooLarge {
+                    limit_kb: limit_kb(),
+                });
             }
         }
     }

@@ -182,19 +182,11 @@ unsafe fn silenced_run(query: *mut pg_sys::QueryDesc, run: &mut dyn FnMut()) {
         // function of its rows would start from here would run on other nodes, counted
         // there (Citus refuses it unless citus.allow_nested_distributed_execution);
         // and its row count would reach pg_stat_statements' rows at its end.
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"citus.allow_nested_distributed_execution".as_ptr(),
-            c"off".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
+        crate::extension::guc::with_setting(
+            c"citus.allow_nested_distributed_execution",
+            c"off",
+            run,
         );
-        run();
-        pg_sys::AtEOXact_GUC(true, level);
         crate::extension::versions::hide_rows_processed((*query).estate);
     }
 }

@@ -1,4 +1,5 @@
-//! A budgeted role that may read the temporary files DP statements spill is refused.
+//! A budgeted role that may read the temporary files DP statements spill, or their
+//! memory, is refused.
 //!
 //! A sort or hash under a DP aggregate that spills writes about 32 bytes a row under
 //! `base/pgsql_tmp`, and the analyst chooses `work_mem`. Every role may execute
@@ -6,7 +7,10 @@
 //! within about 12 by bisecting `work_mem`, reading it while a cursor held the files);
 //! `pg_ls_tmpdir` lists each file's size to `pg_monitor`, which DBAs give out for
 //! monitoring; the file functions read the files themselves where granted (the red team
-//! of 2026-11-27). No hook of PostgreSQL's can refuse a built-in function, so a budgeted
+//! of 2026-11-27). The memory a DP statement uses grows with its rows too, and
+//! `pg_backend_memory_contexts` shows it to `pg_read_all_stats` (the hash table of a
+//! `dp_partition` view, about 656 bytes a group, withheld groups included: the third
+//! round). No hook of PostgreSQL's can refuse a built-in function, so a budgeted
 //! role that may execute one of them is refused before any row is read: as its login
 //! role, as the current role, or as any role it may switch to (a membership without
 //! INHERIT, or a second session). README's DBA guide, step 6, cannot be forgotten
@@ -18,47 +22,38 @@ use crate::extension::raise;
 use crate::extension::versions::may_execute;
 use pgrx::pg_sys::{self, Oid};
 
-/// The functions that read `base/pgsql_tmp`, by name and argument types.
-const READERS: &[(&str, &[Oid])] = &[
-    ("pg_tablespace_size", &[pg_sys::NAMEOID]),
-    ("pg_tablespace_size", &[pg_sys::OIDOID]),
-    ("pg_ls_tmpdir", &[]),
-    ("pg_ls_tmpdir", &[pg_sys::OIDOID]),
-    ("pg_stat_file", &[pg_sys::TEXTOID]),
-    ("pg_stat_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
-    ("pg_ls_dir", &[pg_sys::TEXTOID]),
+/// The functions that read `base/pgsql_tmp` or the backend's memory: names, and the
+/// argument types of each.
+const READERS: &[(&[&str], &[&[Oid]])] = &[
     (
-        "pg_ls_dir",
-        &[pg_sys::TEXTOID, pg_sys::BOOLOID, pg_sys::BOOLOID],
+        &["pg_tablespace_size"],
+        &[&[pg_sys::NAMEOID], &[pg_sys::OIDOID]],
     ),
-    ("pg_read_file", &[pg_sys::TEXTOID]),
-    ("pg_read_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
+    (&["pg_ls_tmpdir"], &[&[], &[pg_sys::OIDOID]]),
+    (&["pg_get_backend_memory_contexts"], &[&[]]),
     (
-        "pg_read_file",
-        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::INT8OID],
+        &["pg_stat_file"],
+        &[&[pg_sys::TEXTOID], &[pg_sys::TEXTOID, pg_sys::BOOLOID]],
     ),
     (
-        "pg_read_file",
+        &["pg_ls_dir"],
         &[
-            pg_sys::TEXTOID,
-            pg_sys::INT8OID,
-            pg_sys::INT8OID,
-            pg_sys::BOOLOID,
+            &[pg_sys::TEXTOID],
+            &[pg_sys::TEXTOID, pg_sys::BOOLOID, pg_sys::BOOLOID],
         ],
     ),
-    ("pg_read_binary_file", &[pg_sys::TEXTOID]),
-    ("pg_read_binary_file", &[pg_sys::TEXTOID, pg_sys::BOOLOID]),
     (
-        "pg_read_binary_file",
-        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::INT8OID],
-    ),
-    (
-        "pg_read_binary_file",
+        &["pg_read_file", "pg_read_binary_file"],
         &[
-            pg_sys::TEXTOID,
-            pg_sys::INT8OID,
-            pg_sys::INT8OID,
-            pg_sys::BOOLOID,
+            &[pg_sys::TEXTOID],
+            &[pg_sys::TEXTOID, pg_sys::BOOLOID],
+            &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::INT8OID],
+            &[
+                pg_sys::TEXTOID,
+                pg_sys::INT8OID,
+                pg_sys::INT8OID,
+                pg_sys::BOOLOID,
+            ],
         ],
     ),
 ];
@@ -73,7 +68,12 @@ pub fn refuse_readable(role: u32) {
             return;
         }
         let current = pg_sys::GetUserId();
-        for (name, arguments) in READERS {
+        let readers = READERS.iter().flat_map(|(names, signatures)| {
+            names
+                .iter()
+                .flat_map(move |name| signatures.iter().map(move |arguments| (*name, *arguments)))
+        });
+        for (name, arguments) in readers {
             let Some(function) = lookup(name, arguments) else {
                 continue;
             };

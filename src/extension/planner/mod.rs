@@ -70,29 +70,17 @@ unsafe extern "C-unwind" fn plan_query(
         // partition's rows: an error of the DBA's expression told in which partition the
         // failing row lies (the red team of 2026-11-27; held_groups.rs holds the groups
         // of one node).
-        let level = budgeted.then(|| {
-            let level = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"enable_partitionwise_aggregate".as_ptr(),
-                c"off".as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-            level
-        });
-        let planned = match PREVIOUS_PLANNER {
+        let plan = || match PREVIOUS_PLANNER {
             Some(previous) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
                 previous(parse, query_string, cursor_options, bound_parameters)
             }),
             None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_parameters),
         };
-        if let Some(level) = level {
-            pg_sys::AtEOXact_GUC(true, level);
-        }
+        let planned = if budgeted {
+            crate::extension::guc::with_setting(c"enable_partitionwise_aggregate", c"off", plan)
+        } else {
+            plan()
+        };
         if let Some(prepared) = prepared {
             prepared.finish(planned);
         }
