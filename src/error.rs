@@ -139,6 +139,9 @@ pub enum Error {
         /// Empty, or the role whose grant it reaches.
         through: String,
     },
+    /// A budgeted role may read any file of the server.
+    #[error("role \"{role}\", which has a privacy budget, is a member of role \"{member_of}\", whose COPY reads any file of the server: the temporary files a differentially private statement spills, and the server's log, which holds the texts withheld from the client: REVOKE {member_of} FROM the role")]
+    ServerFilesReadable { role: String, member_of: String },
     /// A budgeted role's DP node held more groups than it may (held_groups.rs).
     #[error("a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed {limit_kb} kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups")]
     HeldGroupsTooLarge { limit_kb: i32 },
@@ -189,6 +192,7 @@ impl Error {
             // object_not_in_prerequisite_state
             Error::BudgetsUnavailable { .. }
             | Error::TemporaryFilesReadable { .. }
+            | Error::ServerFilesReadable { .. }
             | Error::ViewNotBarrier { .. }
             | Error::UnitsUnavailable { .. } => "55000",
             // undefined_object, as PostgreSQL's own "role ... does not exist"

@@ -404,7 +404,15 @@ assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refuse
 # view, about 656 bytes a group, withheld groups included (the third round).
 sql -c "REVOKE pg_monitor FROM analyst" -c "GRANT pg_read_all_stats TO analyst"
 assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_get_backend_memory_contexts()")" "pg_read_all_stats"
-sql -c "REVOKE pg_read_all_stats FROM analyst" -c "GRANT pg_monitor TO analyst"
+sql -c "REVOKE pg_read_all_stats FROM analyst" -c "GRANT EXECUTE ON FUNCTION pg_ls_logdir() TO analyst"
+# The server's log holds the withheld texts: its size told a withheld value's length, and
+# pg_read_server_files read the value with COPY (the fourth round).
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_ls_logdir()")" "pg_ls_logdir"
+sql -c "REVOKE EXECUTE ON FUNCTION pg_ls_logdir() FROM analyst" -c "GRANT pg_read_server_files TO analyst"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "55000: role \"analyst\", which has a privacy budget, is a member of role \"pg_read_server_files\", whose COPY reads any file of the server: the temporary files a differentially private statement spills, and the server's log, which holds the texts withheld from the client: REVOKE pg_read_server_files FROM the role" \
+    "pg_read_server_files"
+sql -c "REVOKE pg_read_server_files FROM analyst" -c "GRANT pg_monitor TO analyst"
 assert_eq "$(spent)" "$before" "refusals charge nothing"
 sql -c "REVOKE pg_monitor FROM analyst"
 assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "revoked: answered"
@@ -501,6 +509,14 @@ assert_eq "$(analyst -c "SELECT count(*), max(length(pad)) FROM v_wide_badges" 2
     "54000: a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed 65536 kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups" \
     "held groups past 64 MB"
 assert_eq "$(analyst -c "SET work_mem = '100MB'" -c "SELECT count(*), max(length(pad)) FROM v_wide_badges")" "70000|1005" "held groups within a larger work_mem"
+# A hashed node's groups leave in a random order: theirs followed the hash table, and a
+# spill's first batch, where withheld groups took room, counted them (the fourth round).
+orders="$(for i in 1 2 3; do analyst -c "SELECT string_agg(grp::text, ',') FROM (SELECT grp FROM v_many_badges LIMIT 5) s"; done | sort -u | wc -l)"
+assert_eq "$orders" "3" "three hashed runs, three orders"
+orders="$(for i in 1 2 3; do analyst -c "$SORTED" -c "SELECT string_agg(grp::text, ',') FROM (SELECT grp FROM v_many_badges LIMIT 5) s"; done | sort -u)"
+assert_eq "$orders" "1,2,3,4,5" "sorted runs, in key order"
+assert_eq "$(analyst -c "SELECT string_agg(grp::text, ',') FROM (SELECT grp FROM v_many_badges ORDER BY grp LIMIT 5) s")" "1,2,3,4,5" \
+    "ORDER BY over a hashed node's shuffled groups"
 sql -c "INSERT INTO many_badges VALUES (70001, 'ABC-secret')" >/dev/null
 out="$(analyst -c "SET work_mem = '64kB'" -c "$SORTED" -c "SELECT count(*) FROM v_many_badges" -c "SELECT 'still here'" 2>&1 || true)"
 assert_eq "$(first_error <<<"$out")" "22P02: $WITHHELD" "an error after many held groups"

@@ -10,10 +10,19 @@
 //! followed the second one's rows. Held here, the groups leave after the last row was
 //! read: an error comes before any group, and the time of the first FETCH is the whole
 //! node's.
+//!
+//! A hashed node's groups leave in a random order (ChaCha20, as every draw): their own
+//! order followed the hash table, and one that spilled began with the groups that fit in
+//! memory, withheld ones taking room too, so that one statement under `dp_partition`
+//! counted the groups it withheld (the red team's fourth round: 356 public keys before
+//! the first spill with none withheld, 355 with one). A sorted node's order is that of
+//! the keys it releases, which its parent may rely on (a Sort it spares).
 
 use crate::error::Error;
-use crate::extension::raise;
+use crate::extension::{guc, raise};
+use crate::mechanisms::rng;
 use pgrx::pg_sys;
+use rand::seq::SliceRandom;
 
 /// How much a node may hold: PostgreSQL's own limit for a hash table
 /// (`work_mem * hash_mem_multiplier`), and at least 64 MB (about 10^6 groups of a key and a
@@ -25,11 +34,16 @@ fn limit_kb() -> i32 {
 }
 
 /// The groups of one loop of a node, held in the query's memory.
-#[derive(Clone, Copy)]
 pub struct HeldGroups {
-    store: *mut pg_sys::Tuplestorestate,
-    /// A group read back from the store, before it is copied into the node's own slot.
+    /// Copies of the groups' rows, in the query's memory.
+    groups: Vec<pg_sys::MinimalTuple>,
+    /// The next group to hand out.
+    next: usize,
+    /// A group read back, before it is copied into the node's own slot.
     slot: *mut pg_sys::TupleTableSlot,
+    memory: pg_sys::MemoryContext,
+    /// A hashed node's groups leave in a random order.
+    shuffled: bool,
 }
 
 /// Whether `node` may send a group before it read its last row: an aggregation node that
@@ -56,31 +70,42 @@ impl HeldGroups {
     /// # Safety
     /// `node` must be a started aggregation node ([`may_stream`]).
     pub unsafe fn new(node: *mut pg_sys::PlanState) -> HeldGroups {
-        // SAFETY: the node and its executor state are valid, as the caller guarantees.
+        // SAFETY: the node, its plan and its executor state are valid, as the caller
+        // guarantees.
         unsafe {
             let memory = (*(*node).state).es_query_cxt;
-            pgrx::PgMemoryContexts::For(memory).switch_to(|_| {
-                let store = pg_sys::tuplestore_begin_heap(false, false, limit_kb());
-                let slot = pg_sys::MakeSingleTupleTableSlot(
+            let slot = pgrx::PgMemoryContexts::For(memory).switch_to(|_| {
+                pg_sys::MakeSingleTupleTableSlot(
                     (*node).ps_ResultTupleDesc,
                     &pg_sys::TTSOpsMinimalTuple,
-                );
-                HeldGroups { store, slot }
-            })
+                )
+            });
+            let strategy = (*((*node).plan as *mut pg_sys::Agg)).aggstrategy;
+            HeldGroups {
+                groups: Vec::new(),
+                next: 0,
+                slot,
+                memory,
+                shuffled: strategy != pg_sys::AggStrategy::AGG_SORTED,
+            }
         }
     }
 
     /// At the start of a loop: reads every group of the loop from `next_group` (the
-    /// node's own ExecProcNode) into the store.
+    /// node's own ExecProcNode).
     ///
     /// # Safety
     /// The node's query must be running.
-    pub unsafe fn fill(&self, mut next_group: impl FnMut() -> *mut pg_sys::TupleTableSlot) {
-        // SAFETY: the store lives in the running query's memory; a slot the node returns
+    pub unsafe fn fill(&mut self, mut next_group: impl FnMut() -> *mut pg_sys::TupleTableSlot) {
+        // SAFETY: the copies live in the running query's memory; a slot the node returns
         // is valid until its next call.
         unsafe {
-            pg_sys::tuplestore_clear(self.store);
-            let mut too_large = false;
+            for group in self.groups.drain(..) {
+                pg_sys::pfree(group.cast());
+            }
+            self.next = 0;
+            let limit = limit_kb() as usize * 1024;
+            let (mut bytes, mut too_large) = (0usize, false);
             loop {
                 let slot = next_group();
                 if slot.is_null() || (*slot).tts_flags & pg_sys::TTS_FLAG_EMPTY as u16 != 0 {
@@ -89,21 +114,30 @@ impl HeldGroups {
                 if too_large {
                     continue;
                 }
-                pg_sys::tuplestore_puttupleslot(self.store, slot);
-                // Held in memory only: a store that spilled would hold a temporary file,
-                // which an abort can close before the query's memory goes (a cursor's
-                // FETCH that failed in a savepoint), and ending the store then would
-                // close it twice. How much is held is the size of the groups the client
-                // would get, so the refusal depends on them alone; it comes after the
-                // node's last row, so that an error of a later row comes first (refused
-                // at once, which of the two came told where the failing row lies: the
-                // red team's third round).
-                too_large = !pg_sys::tuplestore_in_memory(self.store);
+                let mut should_free = false;
+                let tuple = pg_sys::ExecFetchSlotMinimalTuple(slot, &mut should_free);
+                let length = (*tuple).t_len as usize;
+                let copy = pg_sys::MemoryContextAlloc(self.memory, length);
+                std::ptr::copy_nonoverlapping(tuple.cast::<u8>(), copy.cast::<u8>(), length);
+                if should_free {
+                    pg_sys::pfree(tuple.cast());
+                }
+                self.groups.push(copy.cast());
+                bytes += length;
+                // How much is held is the size of the groups the client would get, so
+                // the refusal depends on them alone; it comes after the node's last row,
+                // so that an error of a later row comes first (refused at once, which of
+                // the two came told where the failing row lies: the red team's third
+                // round).
+                too_large = bytes > limit;
             }
             if too_large {
                 raise(Error::HeldGroupsTooLarge {
                     limit_kb: limit_kb(),
                 });
+            }
+            if self.shuffled {
+                rng::with_generator(guc::seeding(), |generator| self.groups.shuffle(generator));
             }
         }
     }
@@ -113,12 +147,15 @@ impl HeldGroups {
     ///
     /// # Safety
     /// `node` must be the node whose groups these are, its query running.
-    pub unsafe fn next(&self, node: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
-        // SAFETY: as the caller guarantees; copyslot is ExecCopySlot's own step.
+    pub unsafe fn next(&mut self, node: *mut pg_sys::PlanState) -> *mut pg_sys::TupleTableSlot {
+        // SAFETY: as the caller guarantees; copyslot is ExecCopySlot's own step, and the
+        // copy stays in the query's memory while the slot holds it.
         unsafe {
-            if !pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot) {
+            let Some(&group) = self.groups.get(self.next) else {
                 return std::ptr::null_mut();
-            }
+            };
+            self.next += 1;
+            pg_sys::ExecStoreMinimalTuple(group, self.slot, false);
             let result = (*node).ps_ResultTupleSlot;
             let copy = (*(*result).tts_ops).copyslot.expect("a slot kind copies");
             copy(result, self.slot);

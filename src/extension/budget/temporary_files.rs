@@ -1,5 +1,5 @@
-//! A budgeted role that may read the temporary files DP statements spill, or their
-//! memory, is refused.
+//! A budgeted role that may read the temporary files DP statements spill, their memory,
+//! or the server's log (which holds what is withheld from the client), is refused.
 //!
 //! A sort or hash under a DP aggregate that spills writes about 32 bytes a row under
 //! `base/pgsql_tmp`, and the analyst chooses `work_mem`. Every role may execute
@@ -31,6 +31,13 @@ const READERS: &[(&[&str], &[&[Oid]])] = &[
     ),
     (&["pg_ls_tmpdir"], &[&[], &[pg_sys::OIDOID]]),
     (&["pg_get_backend_memory_contexts"], &[&[]]),
+    // The server's log holds what is withheld from the client (row_errors.rs,
+    // statistics.rs): its size told a withheld value's length (the fourth round).
+    (&["pg_ls_logdir"], &[&[]]),
+    (
+        &["lo_import"],
+        &[&[pg_sys::TEXTOID], &[pg_sys::TEXTOID, pg_sys::OIDOID]],
+    ),
     (
         &["pg_stat_file"],
         &[&[pg_sys::TEXTOID], &[pg_sys::TEXTOID, pg_sys::BOOLOID]],
@@ -68,6 +75,18 @@ pub fn refuse_readable(role: u32) {
             return;
         }
         let current = pg_sys::GetUserId();
+        // COPY from a file or a program reads any file of the server: the temporary
+        // files, the table's own, and the log with what was withheld (the fourth round
+        // read a withheld value there).
+        for member_of in [c"pg_read_server_files", c"pg_execute_server_program"] {
+            let other = pg_sys::get_role_oid(member_of.as_ptr(), true);
+            if other != pg_sys::InvalidOid && pg_sys::is_member_of_role(login, other) {
+                raise(Error::ServerFilesReadable {
+                    role: role_name(role),
+                    member_of: member_of.to_string_lossy().into_owned(),
+                });
+            }
+        }
         let readers = READERS.iter().flat_map(|(names, signatures)| {
             names
                 .iter()

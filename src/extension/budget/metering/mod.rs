@@ -51,7 +51,7 @@ struct Meter {
     per_loop: Vec<LoopCall>,
     loops: u64,
     /// Where a budgeted role's node that may stream holds its groups (held_groups.rs).
-    held: Option<HeldGroups>,
+    held: Option<Rc<RefCell<HeldGroups>>>,
 }
 
 /// A DP aggregate call: the address of the node that finalizes it, and its aggno there.
@@ -647,7 +647,8 @@ unsafe fn install_meter(
             (*node).instrument = pgrx::PgMemoryContexts::For((*found.estate).es_query_cxt)
                 .switch_to(|_| pg_sys::InstrAlloc(1, 0, false));
         }
-        let held = (may_stream(node) && session_is_budgeted()).then(|| HeldGroups::new(node));
+        let held = (may_stream(node) && session_is_budgeted())
+            .then(|| Rc::new(RefCell::new(HeldGroups::new(node))));
         let meter = Meter {
             original: (*node).ExecProcNodeReal,
             releases,
@@ -683,7 +684,7 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
             }
             per_loop = meter.per_loop.clone();
         }
-        (meter.original, releases, per_loop, meter.held)
+        (meter.original, releases, per_loop, meter.held.clone())
     });
     for call in per_loop {
         // SAFETY: the call's expressions, of this running node's plan; the outer row's
@@ -722,6 +723,7 @@ unsafe extern "C-unwind" fn metered_exec_proc_node(
     };
     // SAFETY: this node's groups, in its running query.
     unsafe {
+        let mut held = held.borrow_mut();
         if starts_loop {
             held.fill(step);
         }
