@@ -397,7 +397,7 @@ sql -c "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(oid) FROM analyst" -c "CRE
 assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
     "$(refused "pg_tablespace_size(name)" " as a member of role \"sizer\"")" "a role the analyst may switch to"
 assert_eq "$(analyst -c "SET ROLE sizer" -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
-    "$(refused "pg_tablespace_size(name)" " as role \"sizer\"")" "a role the analyst switched to"
+    "$(refused "pg_tablespace_size(name)" " as a member of role \"sizer\"")" "a role the analyst switched to"
 sql -c "REVOKE sizer FROM analyst" -c "ALTER ROLE analyst INHERIT" -c "GRANT pg_monitor TO analyst"
 assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_ls_tmpdir()")" "pg_monitor"
 # pg_backend_memory_contexts showed pg_read_all_stats the hash table of a dp_partition
