@@ -384,6 +384,7 @@ echo "11. a budgeted role that may read the temporary files' directory is refuse
 # role that may still execute one, granted to PUBLIC, to itself, to a role it belongs to
 # (even without INHERIT: it may switch to it, or read from another session) is refused
 # before any row, and charged nothing.
+SERVER_FILES="55000: role \"analyst\", which has a privacy budget, is a member of role \"pg_read_server_files\", whose COPY reads any file of the server: the temporary files a differentially private statement spills, and the server's log, which holds the texts withheld from the client: REVOKE pg_read_server_files FROM the role"
 refused() { echo "55000: role \"analyst\", which has a privacy budget, may execute $1${2:-}, which reads the temporary files or the memory of a differentially private statement (both grow with its rows): in every database of the cluster, REVOKE EXECUTE ON FUNCTION $1 FROM PUBLIC, and from the role and every role it is a member of"; }
 before="$(spent)"
 sql -c "GRANT EXECUTE ON FUNCTION pg_tablespace_size(name) TO PUBLIC"
@@ -409,13 +410,27 @@ sql -c "REVOKE pg_read_all_stats FROM analyst" -c "GRANT EXECUTE ON FUNCTION pg_
 # pg_read_server_files read the value with COPY (the fourth round).
 assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$(refused "pg_ls_logdir()")" "pg_ls_logdir"
 sql -c "REVOKE EXECUTE ON FUNCTION pg_ls_logdir() FROM analyst" -c "GRANT pg_read_server_files TO analyst"
-assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
-    "55000: role \"analyst\", which has a privacy budget, is a member of role \"pg_read_server_files\", whose COPY reads any file of the server: the temporary files a differentially private statement spills, and the server's log, which holds the texts withheld from the client: REVOKE pg_read_server_files FROM the role" \
-    "pg_read_server_files"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$SERVER_FILES" "pg_read_server_files"
 sql -c "REVOKE pg_read_server_files FROM analyst" -c "GRANT pg_monitor TO analyst"
 assert_eq "$(spent)" "$before" "refusals charge nothing"
 sql -c "REVOKE pg_monitor FROM analyst"
 assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "revoked: answered"
+# A session remembers that its role was cleared until a privilege, a role or a membership
+# changes: a GRANT from another session between two statements is seen at the second.
+superuser="$(pg_bindir)/psql -X -qAt -h $CLUSTER -p $PORT -U postgres"
+sql -c "CREATE ROLE lister" -c "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO lister"
+for grant in "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO analyst" "GRANT lister TO analyst" \
+    "GRANT pg_read_server_files TO analyst"; do
+    out="$(analyst -c "SELECT * FROM v_marital" -c "\\! $superuser -c '$grant'" -c "SELECT * FROM v_marital" 2>&1 || true)"
+    assert_contains "$out" "Married-civ-spouse" "before $grant: answered"
+    assert_eq "$(first_error <<<"$out")" "$(case "$grant" in
+        *pg_read_server_files*) echo "$SERVER_FILES" ;;
+        *) refused "pg_ls_dir(text)" ;;
+    esac)" "$grant in the same session, after an answer"
+    revoke="${grant/GRANT/REVOKE}"
+    sql -c "${revoke/ TO / FROM }"
+done
+sql -c "REVOKE EXECUTE ON FUNCTION pg_ls_dir(text) FROM lister" -c "DROP ROLE lister"
 echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
 # pg_terminate_backend from the analyst's other session ends the DP statement where it
 # is: the CONTEXT of the DBA's function's dynamic SQL named the row being read (the red

@@ -104,6 +104,7 @@ pub fn install_metering() {
             pg_sys::Datum::from(0usize),
         );
     }
+    super::temporary_files::install_refusal_cache();
 }
 
 /// The arguments the plan gives the DP aggregate `aggref` finalized by `node`, when a
