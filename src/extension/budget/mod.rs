@@ -23,6 +23,7 @@
 //! - `charge`: the charge itself, and who must have a budget;
 //! - `held_groups`: a budgeted role's DP node hands out its groups once it read every row;
 //! - `statistics`: no statistics counter counts what a budgeted role's DP plan touches;
+//! - `dp_plans`: which planned statements hold DP aggregates or are Citus fragments of one;
 //! - `row_errors`: an error raised by the rows under a DP aggregate keeps its SQLSTATE,
 //!   not its text;
 //! - `temporary_files`: a budgeted role that may read the temporary files DP statements
@@ -33,6 +34,7 @@
 mod barrier;
 mod charge;
 mod cost;
+mod dp_plans;
 mod held_groups;
 mod identity;
 mod late_start;
