@@ -431,6 +431,35 @@ for grant in "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO analyst" "GRANT liste
     sql -c "${revoke/ TO / FROM }"
 done
 sql -c "REVOKE EXECUTE ON FUNCTION pg_ls_dir(text) FROM lister" -c "DROP ROLE lister"
+# The check reads the catalogs as the statement's transaction sees them: on PostgreSQL 15
+# a role WITH ADMIN OPTION revoked its own membership, ran the DP statement and read the
+# spill from a second session before it rolled back; CREATEROLE granted pg_monitor the
+# same way (the red team of 2026-11-28). A transaction that changed roles, memberships
+# or a reader's privileges is refused; a transaction that wrote anything else is not.
+MAJOR="$(sql -c "SHOW server_version_num")"
+CHANGED="55000: role \"analyst\", which has a privacy budget, runs a differentially private aggregate in a transaction that changed roles, role memberships or the privileges of a function that reads temporary files, not yet committed: its other sessions still have the privileges the change took away; COMMIT or ROLLBACK first"
+sql -c "CREATE ROLE lister" -c "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO lister" -c "GRANT lister TO analyst WITH ADMIN OPTION"
+out="$(analyst -c "BEGIN" -c "REVOKE lister FROM analyst" -c "SELECT * FROM v_marital" 2>&1 || true)"
+if [ "$MAJOR" -lt 160000 ]; then
+    assert_eq "$(first_error <<<"$out")" "$CHANGED" "a membership revoked WITH ADMIN OPTION, not committed"
+else
+    # (From 16 on a role revokes only the grants it made: the membership stays.)
+    assert_eq "$(first_error <<<"$out")" "$(refused "pg_ls_dir(text)")" "a membership WITH ADMIN OPTION"
+fi
+sql -c "REVOKE lister FROM analyst" -c "REVOKE EXECUTE ON FUNCTION pg_ls_dir(text) FROM lister" -c "DROP ROLE lister"
+assert_eq "$(analyst -c "BEGIN" -c "ALTER ROLE analyst PASSWORD 'analyst-password'" -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "$CHANGED" "a role changed in the transaction"
+assert_eq "$(analyst -c "BEGIN" -c "CREATE TEMP TABLE scratch (i int)" -c "INSERT INTO scratch VALUES (1)" -c "SELECT * FROM v_marital" -c "ROLLBACK")" \
+    "Married-civ-spouse" "a transaction that wrote something else: answered"
+sql -c "ALTER ROLE analyst CREATEROLE"
+if [ "$MAJOR" -lt 160000 ]; then
+    assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+        "55000: role \"analyst\", which has a privacy budget, has CREATEROLE, with which it may grant itself pg_monitor or pg_read_server_files and read the temporary files a differentially private statement spills: ALTER ROLE analyst NOCREATEROLE" \
+        "CREATEROLE (PostgreSQL 15)"
+else
+    assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "CREATEROLE grants only the roles it administers"
+fi
+sql -c "ALTER ROLE analyst NOCREATEROLE"
 echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
 # pg_terminate_backend from the analyst's other session ends the DP statement where it
 # is: the CONTEXT of the DBA's function's dynamic SQL named the row being read (the red

@@ -4,6 +4,7 @@ mod aggregate;
 mod argmax;
 mod arguments;
 pub mod budget;
+mod catalog;
 mod citus;
 mod forms;
 pub mod guc;

@@ -25,10 +25,14 @@ use pgrx::pg_sys::{self, Oid};
 use std::cell::Cell;
 
 thread_local! {
-    /// The login role last found unable to read them, until pg_proc, pg_authid or
-    /// pg_auth_members change: the lookups took about 5 % of a small budgeted statement
+    /// The login role last found unable to read them, and the generation of the
+    /// catalogs it was found in: the lookups took about 5 % of a small budgeted statement
     /// (perf, 2026-11-28).
-    static CLEARED: Cell<Option<Oid>> = const { Cell::new(None) };
+    static CLEARED: Cell<Option<(Oid, u64)>> = const { Cell::new(None) };
+    /// Changes of pg_proc, pg_authid or pg_auth_members seen by this process. A change
+    /// that arrives while the check reads the catalogs (a first lock of one processes
+    /// invalidations) leaves what it found uncached (the red team of 2026-11-28).
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Forgets the cleared role when a function's privileges, a role or a membership change.
@@ -53,7 +57,7 @@ pub fn install_refusal_cache() {
 
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn forget_cleared(_argument: pg_sys::Datum, _cache: i32, _hash: u32) {
-    CLEARED.with(|cleared| cleared.set(None));
+    GENERATION.set(GENERATION.get() + 1);
 }
 
 /// The functions that read `base/pgsql_tmp` or the backend's memory: names, and the
@@ -99,17 +103,46 @@ const READERS: &[(&[&str], &[&[Oid]])] = &[
     ),
 ];
 
+/// Each reader's name and argument types.
+fn readers() -> impl Iterator<Item = (&'static str, &'static [Oid])> {
+    READERS.iter().flat_map(|(names, signatures)| {
+        (names.iter())
+            .flat_map(move |name| signatures.iter().map(move |arguments| (*name, *arguments)))
+    })
+}
+
 /// Refuses the statement of `role` (the login role, which has a budget) if it may read
 /// the temporary files.
 pub fn refuse_readable(role: u32) {
     let login = Oid::from(role);
-    if CLEARED.with(Cell::get) == Some(login) {
+    let generation = GENERATION.get();
+    if CLEARED.get() == Some((login, generation)) {
         return;
     }
     // SAFETY: catalog lookups inside the statement's transaction.
     unsafe {
         if pg_sys::superuser_arg(login) {
             return;
+        }
+        // What follows reads the catalogs as this transaction sees them, its own
+        // uncommitted changes included, while its other sessions see them committed: a
+        // role that holds a membership WITH ADMIN OPTION revoked it from itself, ran the
+        // DP statement, read the spill from a second session and rolled back (the red
+        // team of 2026-11-28).
+        if changed_in_this_transaction() {
+            raise(Error::PrivilegesChangedInTransaction {
+                role: role_name(role),
+            });
+        }
+        // PostgreSQL 15's CREATEROLE grants any role but superuser, pg_monitor and
+        // pg_read_server_files included, in a transaction it never commits (the same red
+        // team). From 16 on it grants only the roles it administers, which the
+        // memberships below cover.
+        #[cfg(feature = "pg15")]
+        if pg_sys::has_createrole_privilege(login) {
+            raise(Error::RolesGrantable {
+                role: role_name(role),
+            });
         }
         // COPY from a file or a program reads any file of the server: the temporary
         // files, the table's own, and the log with what was withheld (the fourth round
@@ -123,12 +156,7 @@ pub fn refuse_readable(role: u32) {
                 });
             }
         }
-        let readers = READERS.iter().flat_map(|(names, signatures)| {
-            names
-                .iter()
-                .flat_map(move |name| signatures.iter().map(move |arguments| (*name, *arguments)))
-        });
-        for (name, arguments) in readers {
+        for (name, arguments) in readers() {
             let Some(function) = lookup(name, arguments) else {
                 continue;
             };
@@ -156,7 +184,74 @@ pub fn refuse_readable(role: u32) {
             }
         }
     }
-    CLEARED.with(|cleared| cleared.set(Some(login)));
+    CLEARED.set(Some((login, generation)));
+}
+
+/// Whether this transaction (or a subtransaction of it) inserted, updated or deleted a
+/// row of pg_authid or pg_auth_members, or of pg_proc for one of the readers: every
+/// version of their rows, committed or not (SnapshotAny), is read for the current
+/// transaction's ids. A transaction that wrote nothing has no id and changed nothing.
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn changed_in_this_transaction() -> bool {
+    const AUTH_MEMBERS: u32 = 1261; // pg_auth_members, a fixed oid of every version
+                                    // SAFETY: as the caller guarantees; SnapshotAnyData is PostgreSQL's static snapshot,
+                                    // and each tuple's header is read while the scan holds it.
+    unsafe {
+        if pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId {
+            return false;
+        }
+        let any = std::ptr::addr_of_mut!(pg_sys::SnapshotAnyData);
+        let mut changed = false;
+        let mut mark = |tuple: pg_sys::HeapTuple, _: pg_sys::TupleDesc| {
+            changed |= written_by_this_transaction((*tuple).t_data);
+        };
+        for relation in [pg_sys::AuthIdRelationId.to_u32(), AUTH_MEMBERS] {
+            crate::extension::catalog::scan_under(relation, 0, &[], any, &mut mark);
+        }
+        for (name, arguments) in readers() {
+            if let Some(function) = lookup(name, arguments) {
+                crate::extension::catalog::scan_under(
+                    pg_sys::ProcedureRelationId.to_u32(),
+                    pg_sys::ProcedureOidIndexId,
+                    &[(pg_sys::Anum_pg_proc_oid as i16, function)],
+                    any,
+                    &mut mark,
+                );
+            }
+        }
+        changed
+    }
+}
+
+/// Whether this transaction inserted the row version, or updated or deleted it (a lock
+/// alone is not a change).
+///
+/// # Safety
+/// `header` must be a tuple header the caller holds.
+unsafe fn written_by_this_transaction(header: pg_sys::HeapTupleHeader) -> bool {
+    // SAFETY: as the caller guarantees; HeapTupleGetUpdateXid reads a multixact's
+    // updater.
+    unsafe {
+        let infomask = (*header).t_infomask as u32;
+        let inserted = (*header).t_choice.t_heap.t_xmin;
+        if pg_sys::TransactionIdIsCurrentTransactionId(inserted) {
+            return true;
+        }
+        let locked_only = infomask & pg_sys::HEAP_XMAX_LOCK_ONLY != 0
+            || infomask & (pg_sys::HEAP_XMAX_IS_MULTI | pg_sys::HEAP_LOCK_MASK)
+                == pg_sys::HEAP_XMAX_EXCL_LOCK;
+        if infomask & pg_sys::HEAP_XMAX_INVALID != 0 || locked_only {
+            return false;
+        }
+        let deleted = if infomask & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
+            pg_sys::HeapTupleGetUpdateXid(header)
+        } else {
+            (*header).t_choice.t_heap.t_xmax
+        };
+        pg_sys::TransactionIdIsCurrentTransactionId(deleted)
+    }
 }
 
 /// The function `pg_catalog.name(arguments)`, if this version has it.

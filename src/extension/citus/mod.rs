@@ -70,7 +70,7 @@ pub unsafe fn dp_over_citus_tables(query: *mut pg_sys::Query) -> bool {
     // SAFETY: a heap scan of Citus's one-row catalog; its first column is the int4
     // groupid (0 on the coordinator).
     unsafe {
-        super::units::scan_catalog(local_group.to_u32(), 0, &[], |tuple, descriptor| {
+        super::catalog::scan(local_group.to_u32(), 0, &[], |tuple, descriptor| {
             let mut null = false;
             let group = pg_sys::heap_getattr(tuple, 1, descriptor, &mut null);
             worker |= !null && group.value() as i32 != 0;
@@ -149,7 +149,7 @@ unsafe extern "C-unwind" fn distributed_walker(
             let rte = node as *mut pg_sys::RangeTblEntry;
             if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION {
                 let mut citus_table = false;
-                super::units::scan_catalog(partitions.to_u32(), 0, &[(1, (*rte).relid)], |_, _| {
+                super::catalog::scan(partitions.to_u32(), 0, &[(1, (*rte).relid)], |_, _| {
                     citus_table = true
                 });
                 if citus_table {

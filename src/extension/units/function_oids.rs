@@ -58,7 +58,7 @@ pub(crate) fn functions() -> Functions {
     let schema: String = unsafe {
         let extension = pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true);
         let mut namespace = pg_sys::InvalidOid;
-        super::labels::scan(
+        crate::extension::catalog::scan(
             pg_sys::ExtensionRelationId.to_u32(),
             pg_sys::ExtensionOidIndexId,
             &[(pg_sys::Anum_pg_extension_oid as i16, extension)],

@@ -328,7 +328,7 @@ unsafe fn inheritance(relation: Oid, direction: Direction) -> Vec<Oid> {
     // SAFETY: an index scan of pg_inherits under the catalog snapshot; each row starts
     // with inhrelid and inhparent (catalog/pg_inherits.h).
     unsafe {
-        scan(
+        crate::extension::catalog::scan(
             INHERITS_RELATION,
             index,
             &[(column, relation)],
@@ -382,7 +382,7 @@ unsafe fn labels_of(class: Oid, object: Oid) -> Vec<(i32, String)> {
     // SAFETY: an index scan of pg_seclabel under the catalog snapshot; provider and
     // label are text columns, never NULL.
     unsafe {
-        scan(
+        crate::extension::catalog::scan(
             pg_sys::SecLabelRelationId.to_u32(),
             pg_sys::SecLabelObjectIndexId,
             &[
@@ -424,51 +424,6 @@ unsafe fn text_attribute(
     }
 }
 
-/// Calls `each` on every row of catalog `relation` whose oid columns equal the keys, by
-/// `index` (0: a heap scan), under the catalog snapshot.
-///
-/// # Safety
-/// A transaction must be open; the keys must be oid columns that `index` covers.
-pub unsafe fn scan(
-    relation: u32,
-    index: u32,
-    keys: &[(i16, Oid)],
-    mut each: impl FnMut(pg_sys::HeapTuple, pg_sys::TupleDesc),
-) {
-    // SAFETY: as the caller guarantees; the scan and the relation are closed before
-    // returning (an error aborts the transaction, which releases both).
-    unsafe {
-        let catalog = pg_sys::table_open(Oid::from(relation), pg_sys::AccessShareLock as i32);
-        let mut scan_keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); keys.len()];
-        for (key, &(column, value)) in scan_keys.iter_mut().zip(keys) {
-            pg_sys::ScanKeyInit(
-                key,
-                column,
-                pg_sys::BTEqualStrategyNumber as u16,
-                Oid::from(pg_sys::F_OIDEQ),
-                pg_sys::Datum::from(value),
-            );
-        }
-        let scan = pg_sys::systable_beginscan(
-            catalog,
-            Oid::from(index),
-            index != 0,
-            std::ptr::null_mut(),
-            keys.len() as i32,
-            scan_keys.as_mut_ptr(),
-        );
-        loop {
-            let tuple = pg_sys::systable_getnext(scan);
-            if tuple.is_null() {
-                break;
-            }
-            each(tuple, (*catalog).rd_att);
-        }
-        pg_sys::systable_endscan(scan);
-        pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);
-    }
-}
-
 thread_local! {
     /// Whether any privacy unit is declared in this database; cleared with UNITS.
     static DECLARED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
@@ -491,7 +446,7 @@ pub fn any_declared() -> bool {
     // SAFETY: a heap scan of pg_seclabel (no index on the provider) under the catalog
     // snapshot.
     unsafe {
-        scan(
+        crate::extension::catalog::scan(
             pg_sys::SecLabelRelationId.to_u32(),
             0,
             &[],

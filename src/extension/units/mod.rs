@@ -34,7 +34,7 @@ mod tests;
 
 pub use function_oids::charged_expression;
 pub use functions::new_statement;
-pub use labels::{any_declared, install_labels, scan as scan_catalog};
+pub use labels::{any_declared, install_labels};
 
 use crate::extension::budget::dp_aggregate;
 use crate::extension::OrRaise;
