@@ -142,12 +142,19 @@ pub enum Error {
     /// A budgeted role may read any file of the server.
     #[error("role \"{role}\", which has a privacy budget, is a member of role \"{member_of}\", whose COPY reads any file of the server: the temporary files a differentially private statement spills, and the server's log, which holds the texts withheld from the client: REVOKE {member_of} FROM the role")]
     ServerFilesReadable { role: String, member_of: String },
-    /// A budgeted role may grant itself any role but superuser (PostgreSQL 15's CREATEROLE).
-    #[error("role \"{role}\", which has a privacy budget, has CREATEROLE, with which it may grant itself pg_monitor or pg_read_server_files and read the temporary files a differentially private statement spills: ALTER ROLE {role} NOCREATEROLE")]
-    RolesGrantable { role: String },
-    /// The statement's own transaction changed what the refusal of readers reads.
-    #[error("role \"{role}\", which has a privacy budget, runs a differentially private aggregate in a transaction that changed roles, role memberships or the privileges of a function that reads temporary files, not yet committed: its other sessions still have the privileges the change took away; COMMIT or ROLLBACK first")]
-    PrivilegesChangedInTransaction { role: String },
+    /// A budgeted role has, or may become a role that has, an attribute that reads the
+    /// files of the server or grants the roles that do.
+    #[error("role \"{role}\", which has a privacy budget, {through}has {attribute}, with which it {reach}, and so the temporary files a differentially private statement spills: ALTER ROLE ... NO{attribute}, or REVOKE the membership")]
+    RoleAttributeReads {
+        role: String,
+        /// Empty, or "may become role \"r\", which ".
+        through: String,
+        attribute: &'static str,
+        reach: &'static str,
+    },
+    /// A transaction not yet committed changes what the refusal of readers reads.
+    #[error("role \"{role}\", which has a privacy budget, runs a differentially private aggregate while a transaction not yet committed (this one, another session's or a prepared one) changes roles or role memberships, or this one the privileges of a function that reads temporary files: that transaction's sessions may have privileges the check cannot see; retry once it has ended")]
+    PrivilegesChanging { role: String },
     /// A budgeted role's DP node held more groups than it may (held_groups.rs).
     #[error("a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed {limit_kb} kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups")]
     HeldGroupsTooLarge { limit_kb: i32 },
@@ -199,8 +206,8 @@ impl Error {
             Error::BudgetsUnavailable { .. }
             | Error::TemporaryFilesReadable { .. }
             | Error::ServerFilesReadable { .. }
-            | Error::RolesGrantable { .. }
-            | Error::PrivilegesChangedInTransaction { .. }
+            | Error::RoleAttributeReads { .. }
+            | Error::PrivilegesChanging { .. }
             | Error::ViewNotBarrier { .. }
             | Error::UnitsUnavailable { .. } => "55000",
             // undefined_object, as PostgreSQL's own "role ... does not exist"

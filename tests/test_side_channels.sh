@@ -431,13 +431,15 @@ for grant in "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO analyst" "GRANT liste
     sql -c "${revoke/ TO / FROM }"
 done
 sql -c "REVOKE EXECUTE ON FUNCTION pg_ls_dir(text) FROM lister" -c "DROP ROLE lister"
-# The check reads the catalogs as the statement's transaction sees them: on PostgreSQL 15
-# a role WITH ADMIN OPTION revoked its own membership, ran the DP statement and read the
-# spill from a second session before it rolled back; CREATEROLE granted pg_monitor the
-# same way (the red team of 2026-11-28). A transaction that changed roles, memberships
-# or a reader's privileges is refused; a transaction that wrote anything else is not.
+# A transaction not yet committed gives its sessions what the check cannot see: on
+# PostgreSQL 15 a role WITH ADMIN OPTION revoked its own membership, ran the DP statement
+# and read the spill from a second session before it rolled back; another session
+# granted a membership and read the spill before it rolled back; CREATEROLE, a SUPERUSER
+# role to switch to and REPLICATION read it too (the red teams of 2026-11-28). Such
+# statements are refused; a transaction that wrote anything else is not.
 MAJOR="$(sql -c "SHOW server_version_num")"
-CHANGED="55000: role \"analyst\", which has a privacy budget, runs a differentially private aggregate in a transaction that changed roles, role memberships or the privileges of a function that reads temporary files, not yet committed: its other sessions still have the privileges the change took away; COMMIT or ROLLBACK first"
+CHANGED="55000: role \"analyst\", which has a privacy budget, runs a differentially private aggregate while a transaction not yet committed (this one, another session's or a prepared one) changes roles or role memberships, or this one the privileges of a function that reads temporary files: that transaction's sessions may have privileges the check cannot see; retry once it has ended"
+attribute() { echo "55000: role \"analyst\", which has a privacy budget, $1has $2, with which it $3, and so the temporary files a differentially private statement spills: ALTER ROLE ... NO$2, or REVOKE the membership"; }
 sql -c "CREATE ROLE lister" -c "GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO lister" -c "GRANT lister TO analyst WITH ADMIN OPTION"
 out="$(analyst -c "BEGIN" -c "REVOKE lister FROM analyst" -c "SELECT * FROM v_marital" 2>&1 || true)"
 if [ "$MAJOR" -lt 160000 ]; then
@@ -451,15 +453,32 @@ assert_eq "$(analyst -c "BEGIN" -c "ALTER ROLE analyst PASSWORD 'analyst-passwor
     "$CHANGED" "a role changed in the transaction"
 assert_eq "$(analyst -c "BEGIN" -c "CREATE TEMP TABLE scratch (i int)" -c "INSERT INTO scratch VALUES (1)" -c "SELECT * FROM v_marital" -c "ROLLBACK")" \
     "Married-civ-spouse" "a transaction that wrote something else: answered"
-sql -c "ALTER ROLE analyst CREATEROLE"
+sql -c "CREATE ROLE analysts" -c "GRANT analysts TO analyst"
+sql -c "BEGIN" -c "GRANT pg_monitor TO analysts" -c "SELECT pg_sleep(4)" -c "ROLLBACK" >/dev/null &
+granting=$!
+for _ in $(seq 100); do
+    [ -n "$(sql -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(4)' AND state = 'active'")" ] && break
+    sleep 0.05
+done
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$CHANGED" "another session's grant, not yet committed"
+wait "$granting"
+assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "the grant rolled back: answered"
+sql -c "ALTER ROLE analysts CREATEROLE"
 if [ "$MAJOR" -lt 160000 ]; then
     assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
-        "55000: role \"analyst\", which has a privacy budget, has CREATEROLE, with which it may grant itself pg_monitor or pg_read_server_files and read the temporary files a differentially private statement spills: ALTER ROLE analyst NOCREATEROLE" \
-        "CREATEROLE (PostgreSQL 15)"
+        "$(attribute 'may become role "analysts", which ' CREATEROLE "may grant itself pg_monitor or pg_read_server_files")" \
+        "a role with CREATEROLE to switch to (PostgreSQL 15)"
 else
     assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "CREATEROLE grants only the roles it administers"
 fi
-sql -c "ALTER ROLE analyst NOCREATEROLE"
+sql -c "ALTER ROLE analysts NOCREATEROLE SUPERUSER"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "$(attribute 'may become role "analysts", which ' SUPERUSER "reads every file of the server")" "a SUPERUSER role to switch to"
+sql -c "REVOKE analysts FROM analyst" -c "DROP ROLE analysts" -c "ALTER ROLE analyst REPLICATION"
+assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \
+    "$(attribute "" REPLICATION "may copy the data directory with pg_basebackup")" "REPLICATION"
+sql -c "ALTER ROLE analyst NOREPLICATION"
+assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "every attribute removed: answered"
 echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
 # pg_terminate_backend from the analyst's other session ends the DP statement where it
 # is: the CONTEXT of the DBA's function's dynamic SQL named the row being read (the red

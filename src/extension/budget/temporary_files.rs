@@ -115,35 +115,31 @@ fn readers() -> impl Iterator<Item = (&'static str, &'static [Oid])> {
 /// the temporary files.
 pub fn refuse_readable(role: u32) {
     let login = Oid::from(role);
-    let generation = GENERATION.get();
-    if CLEARED.get() == Some((login, generation)) {
-        return;
-    }
     // SAFETY: catalog lookups inside the statement's transaction.
     unsafe {
         if pg_sys::superuser_arg(login) {
             return;
         }
-        // What follows reads the catalogs as this transaction sees them, its own
-        // uncommitted changes included, while its other sessions see them committed: a
-        // role that holds a membership WITH ADMIN OPTION revoked it from itself, ran the
-        // DP statement, read the spill from a second session and rolled back (the red
-        // team of 2026-11-28).
-        if changed_in_this_transaction() {
-            raise(Error::PrivilegesChangedInTransaction {
+        // What follows reads the catalogs as committed, and as this transaction changed
+        // them; a transaction not yet committed gives its own sessions what the check
+        // cannot see. A role WITH ADMIN OPTION revoked a membership from itself, ran the
+        // DP statement, read the spill from a second session and rolled back; another
+        // session of it granted a group it belongs to a membership and read the spill
+        // before it rolled back (the red teams of 2026-11-28). Such a change sends no
+        // invalidation before it commits: checked at every statement.
+        if changing_now() {
+            raise(Error::PrivilegesChanging {
                 role: role_name(role),
             });
         }
-        // PostgreSQL 15's CREATEROLE grants any role but superuser, pg_monitor and
-        // pg_read_server_files included, in a transaction it never commits (the same red
-        // team). From 16 on it grants only the roles it administers, which the
-        // memberships below cover.
-        #[cfg(feature = "pg15")]
-        if pg_sys::has_createrole_privilege(login) {
-            raise(Error::RolesGrantable {
-                role: role_name(role),
-            });
-        }
+    }
+    let generation = GENERATION.get();
+    if CLEARED.get() == Some((login, generation)) {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe {
+        refuse_attributes(login, role);
         // COPY from a file or a program reads any file of the server: the temporary
         // files, the table's own, and the log with what was withheld (the fourth round
         // read a withheld value there).
@@ -187,29 +183,38 @@ pub fn refuse_readable(role: u32) {
     CLEARED.set(Some((login, generation)));
 }
 
-/// Whether this transaction (or a subtransaction of it) inserted, updated or deleted a
-/// row of pg_authid or pg_auth_members, or of pg_proc for one of the readers: every
-/// version of their rows, committed or not (SnapshotAny), is read for the current
-/// transaction's ids. A transaction that wrote nothing has no id and changed nothing.
+/// Whether a transaction in progress (this one, another session's, a prepared one)
+/// wrote a row version of pg_authid or pg_auth_members, or this one of a reader's row
+/// of pg_proc: every version of their rows, committed or not (SnapshotAny). Another
+/// session's uncommitted grant of a reader's EXECUTE needs a grant option that the
+/// privileges of the committed rows already show, or a membership that pg_auth_members
+/// shows.
 ///
 /// # Safety
 /// A transaction must be open.
-unsafe fn changed_in_this_transaction() -> bool {
-    const AUTH_MEMBERS: u32 = 1261; // pg_auth_members, a fixed oid of every version
-                                    // SAFETY: as the caller guarantees; SnapshotAnyData is PostgreSQL's static snapshot,
-                                    // and each tuple's header is read while the scan holds it.
+unsafe fn changing_now() -> bool {
+    // pg_auth_members, a fixed oid in every version (pgrx names no constant for it).
+    const AUTH_MEMBERS: u32 = 1261;
+    // SAFETY: as the caller guarantees; SnapshotAnyData is PostgreSQL's static snapshot,
+    // and each tuple's header is read while the scan holds it.
     unsafe {
-        if pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId {
-            return false;
-        }
         let any = std::ptr::addr_of_mut!(pg_sys::SnapshotAnyData);
-        let mut changed = false;
+        let mut changing = false;
         let mut mark = |tuple: pg_sys::HeapTuple, _: pg_sys::TupleDesc| {
-            changed |= written_by_this_transaction((*tuple).t_data);
+            changing |= written_in_progress((*tuple).t_data);
         };
         for relation in [pg_sys::AuthIdRelationId.to_u32(), AUTH_MEMBERS] {
             crate::extension::catalog::scan_under(relation, 0, &[], any, &mut mark);
         }
+        if changing || pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId {
+            return changing;
+        }
+        let mut mark = |tuple: pg_sys::HeapTuple, _: pg_sys::TupleDesc| {
+            let header = (*tuple).t_data;
+            changing |=
+                pg_sys::TransactionIdIsCurrentTransactionId((*header).t_choice.t_heap.t_xmin)
+                    || pg_sys::TransactionIdIsCurrentTransactionId(updater(header));
+        };
         for (name, arguments) in readers() {
             if let Some(function) = lookup(name, arguments) {
                 crate::extension::catalog::scan_under(
@@ -221,36 +226,98 @@ unsafe fn changed_in_this_transaction() -> bool {
                 );
             }
         }
-        changed
+        changing
     }
 }
 
-/// Whether this transaction inserted the row version, or updated or deleted it (a lock
-/// alone is not a change).
+/// Refuses a role that has, or may become a role that has, SUPERUSER (which reads every
+/// file: superuser status is never inherited, SET ROLE takes it), REPLICATION
+/// (pg_basebackup copies the data directory and the log in it) or, on PostgreSQL 15,
+/// CREATEROLE (which grants pg_monitor and pg_read_server_files; from 16 on it grants
+/// only the roles it administers, which the memberships cover): the red team of
+/// 2026-11-28 read the spill through each.
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn refuse_attributes(login: Oid, role: u32) {
+    // SAFETY: as the caller guarantees; pg_authid's rows start with FormData_pg_authid.
+    unsafe {
+        let mut found: Option<(Oid, &'static str, &'static str)> = None;
+        crate::extension::catalog::scan(pg_sys::AuthIdRelationId.to_u32(), 0, &[], |tuple, _| {
+            let row = &*(pg_sys::GETSTRUCT(tuple) as *const pg_sys::FormData_pg_authid);
+            let attribute = if row.rolsuper {
+                Some(("SUPERUSER", "reads every file of the server"))
+            } else if row.rolreplication {
+                Some((
+                    "REPLICATION",
+                    "may copy the data directory with pg_basebackup",
+                ))
+            } else if cfg!(feature = "pg15") && row.rolcreaterole {
+                Some((
+                    "CREATEROLE",
+                    "may grant itself pg_monitor or pg_read_server_files",
+                ))
+            } else {
+                None
+            };
+            if let Some((attribute, reach)) = attribute {
+                if found.is_none() && pg_sys::is_member_of_role(login, row.oid) {
+                    found = Some((row.oid, attribute, reach));
+                }
+            }
+        });
+        if let Some((holder, attribute, reach)) = found {
+            let through = if holder == login {
+                String::new()
+            } else {
+                format!("may become role \"{}\", which ", role_name(holder.to_u32()))
+            };
+            raise(Error::RoleAttributeReads {
+                role: role_name(role),
+                through,
+                attribute,
+                reach,
+            });
+        }
+    }
+}
+
+/// Whether a transaction in progress (this one included) inserted the row version, or
+/// updated or deleted it (a lock alone is not a change).
 ///
 /// # Safety
 /// `header` must be a tuple header the caller holds.
-unsafe fn written_by_this_transaction(header: pg_sys::HeapTupleHeader) -> bool {
+unsafe fn written_in_progress(header: pg_sys::HeapTupleHeader) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let inserted = (*header).t_choice.t_heap.t_xmin;
+        let deleted = updater(header);
+        pg_sys::TransactionIdIsInProgress(inserted)
+            || (deleted != pg_sys::InvalidTransactionId
+                && pg_sys::TransactionIdIsInProgress(deleted))
+    }
+}
+
+/// The transaction that updated or deleted the row version, or InvalidTransactionId
+/// (none, or a lock alone).
+///
+/// # Safety
+/// `header` must be a tuple header the caller holds.
+unsafe fn updater(header: pg_sys::HeapTupleHeader) -> pg_sys::TransactionId {
     // SAFETY: as the caller guarantees; HeapTupleGetUpdateXid reads a multixact's
     // updater.
     unsafe {
         let infomask = (*header).t_infomask as u32;
-        let inserted = (*header).t_choice.t_heap.t_xmin;
-        if pg_sys::TransactionIdIsCurrentTransactionId(inserted) {
-            return true;
-        }
         let locked_only = infomask & pg_sys::HEAP_XMAX_LOCK_ONLY != 0
             || infomask & (pg_sys::HEAP_XMAX_IS_MULTI | pg_sys::HEAP_LOCK_MASK)
                 == pg_sys::HEAP_XMAX_EXCL_LOCK;
         if infomask & pg_sys::HEAP_XMAX_INVALID != 0 || locked_only {
-            return false;
-        }
-        let deleted = if infomask & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
+            pg_sys::InvalidTransactionId
+        } else if infomask & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
             pg_sys::HeapTupleGetUpdateXid(header)
         } else {
             (*header).t_choice.t_heap.t_xmax
-        };
-        pg_sys::TransactionIdIsCurrentTransactionId(deleted)
+        }
     }
 }
 
