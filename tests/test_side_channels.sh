@@ -453,16 +453,35 @@ assert_eq "$(analyst -c "BEGIN" -c "ALTER ROLE analyst PASSWORD 'analyst-passwor
     "$CHANGED" "a role changed in the transaction"
 assert_eq "$(analyst -c "BEGIN" -c "CREATE TEMP TABLE scratch (i int)" -c "INSERT INTO scratch VALUES (1)" -c "SELECT * FROM v_marital" -c "ROLLBACK")" \
     "Married-civ-spouse" "a transaction that wrote something else: answered"
-sql -c "CREATE ROLE analysts" -c "GRANT analysts TO analyst"
-sql -c "BEGIN" -c "GRANT pg_monitor TO analysts" -c "SELECT pg_sleep(4)" -c "ROLLBACK" >/dev/null &
+# Another session of the analyst grants, WITH ADMIN OPTION, a group of it a role with
+# pg_monitor and holds the grant uncommitted while the first one revokes its own
+# membership and runs the DP statement (PostgreSQL 15; from 16 on the revoke does
+# nothing: refused as a member).
+sql -c "CREATE ROLE analysts" -c "GRANT analysts TO analyst" -c "CREATE ROLE monitors" \
+    -c "GRANT pg_monitor TO monitors" -c "GRANT monitors TO analyst WITH ADMIN OPTION"
+analyst -c "BEGIN" -c "GRANT monitors TO analysts" -c "SELECT pg_sleep(4)" -c "ROLLBACK" >/dev/null 2>&1 &
 granting=$!
 for _ in $(seq 100); do
     [ -n "$(sql -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(4)' AND state = 'active'")" ] && break
     sleep 0.05
 done
-assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" "$CHANGED" "another session's grant, not yet committed"
+out="$(analyst -c "REVOKE monitors FROM analyst" -c "SELECT * FROM v_marital" 2>&1 || true)"
+if [ "$MAJOR" -lt 160000 ]; then
+    assert_eq "$(first_error <<<"$out")" "$CHANGED" "another session's grant, not yet committed"
+else
+    assert_eq "$(first_error <<<"$out")" "$(refused "pg_ls_tmpdir()")" "a member through a role it administers"
+fi
 wait "$granting"
-assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "the grant rolled back: answered"
+sql -c "DROP ROLE monitors"
+# Other roles' transactions, not committed, are theirs alone: the analyst is answered.
+sql -c "BEGIN" -c "GRANT pg_monitor TO analysts" -c "SELECT pg_sleep(3)" -c "ROLLBACK" >/dev/null &
+granting=$!
+for _ in $(seq 100); do
+    [ -n "$(sql -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'")" ] && break
+    sleep 0.05
+done
+assert_eq "$(analyst -c "SELECT * FROM v_marital")" "Married-civ-spouse" "another role's grant, not committed: answered"
+wait "$granting"
 sql -c "ALTER ROLE analysts CREATEROLE"
 if [ "$MAJOR" -lt 160000 ]; then
     assert_eq "$(analyst -c "SELECT * FROM v_marital" 2>&1 | first_error)" \

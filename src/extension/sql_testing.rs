@@ -29,12 +29,17 @@ pub fn error_of(query: &str) -> String {
         .expect("expect_error returns a row")
 }
 
-/// Runs every statement, failing the test on the first error.
-/// README's DBA guide, step 6: a budgeted role that may read the size of the directory
-/// where DP statements spill is refused.
-pub const REVOKE_TABLESPACE_SIZE: &str =
-    "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC";
+// README's DBA guide, step 6: a budgeted role that may read the size of the directory
+// where DP statements spill is refused. Done when the test database creates the
+// extension (test builds only), not in a test's own transaction, which is never
+// committed: a DP statement in a transaction that changed a reader's privileges is
+// refused too (temporary_files.rs).
+pgrx::extension_sql!(
+    "REVOKE EXECUTE ON FUNCTION pg_tablespace_size(name), pg_tablespace_size(oid) FROM PUBLIC;",
+    name = "tests_revoke_tablespace_size"
+);
 
+/// Runs every statement, failing the test on the first error.
 pub fn run(statements: &[&str]) {
     for statement in statements {
         Spi::run(statement).unwrap_or_else(|e| panic!("{statement}: {e}"));

@@ -75,6 +75,22 @@ pub unsafe fn may_execute(function: Oid, role: Oid) -> bool {
     }
 }
 
+/// The status of the `index`-th backend (from 1) in this transaction's snapshot of them:
+/// PostgreSQL 18 renamed the function.
+///
+/// # Safety
+/// A transaction must be open; `index` within pgstat_fetch_stat_numbackends().
+pub unsafe fn local_backend(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        #[cfg(feature = "pg15")]
+        let status = pg_sys::pgstat_fetch_stat_local_beentry(index);
+        #[cfg(not(feature = "pg15"))]
+        let status = pg_sys::pgstat_get_local_beentry_by_index(index);
+        status
+    }
+}
+
 /// `XLogRegisterData`: PostgreSQL 18 takes a `const void *` and a `uint32`.
 ///
 /// # Safety

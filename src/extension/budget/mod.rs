@@ -60,13 +60,12 @@ pub use statistics::{count_again, install_statistics, Silence};
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
-    use crate::extension::sql_testing::{column, error_of, run, REVOKE_TABLESPACE_SIZE};
+    use crate::extension::sql_testing::{column, error_of, run};
     use pgrx::prelude::*;
 
     /// A login role with a fresh budget, a table it cannot read, and DP views over it.
     fn analyst(name: &str, budget: f64) {
         run(&[
-            REVOKE_TABLESPACE_SIZE,
             &format!("CREATE ROLE {name} LOGIN"),
             "CREATE TABLE IF NOT EXISTS secret AS SELECT i % 7 AS item, i AS value FROM generate_series(1, 1000) i",
             "CREATE OR REPLACE VIEW top_item WITH (security_barrier) AS SELECT dp_argmax(item, 1, 0.25) FROM secret",
@@ -285,7 +284,6 @@ mod tests {
     #[pg_test]
     fn budget_can_be_required() {
         run(&[
-            REVOKE_TABLESPACE_SIZE,
             "CREATE ROLE unbudgeted_analyst",
             "CREATE TABLE IF NOT EXISTS secret AS SELECT i % 7 AS item, i AS value FROM generate_series(1, 1000) i",
             "GRANT SELECT ON secret TO unbudgeted_analyst",

@@ -127,7 +127,7 @@ pub fn refuse_readable(role: u32) {
         // session of it granted a group it belongs to a membership and read the spill
         // before it rolled back (the red teams of 2026-11-28). Such a change sends no
         // invalidation before it commits: checked at every statement.
-        if changing_now() {
+        if changing_now(login) {
             raise(Error::PrivilegesChanging {
                 role: role_name(role),
             });
@@ -183,37 +183,42 @@ pub fn refuse_readable(role: u32) {
     CLEARED.set(Some((login, generation)));
 }
 
-/// Whether a transaction in progress (this one, another session's, a prepared one)
-/// wrote a row version of pg_authid or pg_auth_members, or this one of a reader's row
-/// of pg_proc: every version of their rows, committed or not (SnapshotAny). Another
-/// session's uncommitted grant of a reader's EXECUTE needs a grant option that the
-/// privileges of the committed rows already show, or a membership that pg_auth_members
-/// shows.
+/// Whether a transaction of another session of `login` inserted a row version of
+/// pg_authid or pg_auth_members that it has not committed, or this one updated or
+/// deleted one, or a reader's row of pg_proc: every version of their rows, committed or
+/// not (SnapshotAny). What this transaction inserted the check reads; what other roles'
+/// sessions have not committed only they see. Another session's uncommitted grant of a
+/// reader's EXECUTE needs a grant option that the committed privileges already show, or
+/// a membership that pg_auth_members shows. (A prepared transaction's rows no session
+/// sees before COMMIT PREPARED: a grant after the check, as any other.)
 ///
 /// # Safety
 /// A transaction must be open.
-unsafe fn changing_now() -> bool {
+unsafe fn changing_now(login: Oid) -> bool {
     // pg_auth_members, a fixed oid in every version (pgrx names no constant for it).
     const AUTH_MEMBERS: u32 = 1261;
     // SAFETY: as the caller guarantees; SnapshotAnyData is PostgreSQL's static snapshot,
     // and each tuple's header is read while the scan holds it.
     unsafe {
+        let elsewhere = transactions_of_other_sessions(login);
+        let here = pg_sys::GetTopTransactionIdIfAny() != pg_sys::InvalidTransactionId;
+        if elsewhere.is_empty() && !here {
+            return false;
+        }
         let any = std::ptr::addr_of_mut!(pg_sys::SnapshotAnyData);
         let mut changing = false;
         let mut mark = |tuple: pg_sys::HeapTuple, _: pg_sys::TupleDesc| {
-            changing |= written_in_progress((*tuple).t_data);
+            let header = (*tuple).t_data;
+            changing |= inserted_by(header, &elsewhere) || removed_here(header);
         };
         for relation in [pg_sys::AuthIdRelationId.to_u32(), AUTH_MEMBERS] {
             crate::extension::catalog::scan_under(relation, 0, &[], any, &mut mark);
         }
-        if changing || pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId {
+        if changing || !here {
             return changing;
         }
         let mut mark = |tuple: pg_sys::HeapTuple, _: pg_sys::TupleDesc| {
-            let header = (*tuple).t_data;
-            changing |=
-                pg_sys::TransactionIdIsCurrentTransactionId((*header).t_choice.t_heap.t_xmin)
-                    || pg_sys::TransactionIdIsCurrentTransactionId(updater(header));
+            changing |= removed_here((*tuple).t_data);
         };
         for (name, arguments) in readers() {
             if let Some(function) = lookup(name, arguments) {
@@ -282,20 +287,57 @@ unsafe fn refuse_attributes(login: Oid, role: u32) {
     }
 }
 
-/// Whether a transaction in progress (this one included) inserted the row version, or
-/// updated or deleted it (a lock alone is not a change).
+/// The top-level transaction ids of the other sessions of `login` that have one, from a
+/// fresh look at the backends (not the transaction's snapshot of them).
+///
+/// # Safety
+/// A transaction must be open.
+unsafe fn transactions_of_other_sessions(login: Oid) -> Vec<pg_sys::TransactionId> {
+    // SAFETY: as the caller guarantees; each entry is read while the snapshot of the
+    // backends taken here lives (until the next clear).
+    unsafe {
+        pg_sys::pgstat_clear_backend_activity_snapshot();
+        (1..=pg_sys::pgstat_fetch_stat_numbackends())
+            .filter_map(|index| {
+                let entry = crate::extension::versions::local_backend(index);
+                let entry = entry.as_ref()?;
+                let (status, xid) = (&entry.backendStatus, entry.backend_xid);
+                (status.st_userid == login
+                    && status.st_procpid != pg_sys::MyProcPid
+                    && xid != pg_sys::InvalidTransactionId)
+                    .then_some(xid)
+            })
+            .collect()
+    }
+}
+
+/// Whether one of the transactions `elsewhere` (top-level ids), still in progress,
+/// inserted the row version: its sessions see a row this check cannot.
 ///
 /// # Safety
 /// `header` must be a tuple header the caller holds.
-unsafe fn written_in_progress(header: pg_sys::HeapTupleHeader) -> bool {
-    // SAFETY: as the caller guarantees.
+unsafe fn inserted_by(
+    header: pg_sys::HeapTupleHeader,
+    elsewhere: &[pg_sys::TransactionId],
+) -> bool {
+    // SAFETY: as the caller guarantees; pg_subtrans holds every transaction in progress.
     unsafe {
         let inserted = (*header).t_choice.t_heap.t_xmin;
-        let deleted = updater(header);
-        pg_sys::TransactionIdIsInProgress(inserted)
-            || (deleted != pg_sys::InvalidTransactionId
-                && pg_sys::TransactionIdIsInProgress(deleted))
+        !elsewhere.is_empty()
+            && !pg_sys::TransactionIdIsCurrentTransactionId(inserted)
+            && pg_sys::TransactionIdIsInProgress(inserted)
+            && elsewhere.contains(&pg_sys::SubTransGetTopmostTransaction(inserted))
     }
+}
+
+/// Whether this transaction updated or deleted the row version: the check reads what
+/// is left, its other sessions the committed row.
+///
+/// # Safety
+/// `header` must be a tuple header the caller holds.
+unsafe fn removed_here(header: pg_sys::HeapTupleHeader) -> bool {
+    // SAFETY: as the caller guarantees.
+    unsafe { pg_sys::TransactionIdIsCurrentTransactionId(updater(header)) }
 }
 
 /// The transaction that updated or deleted the row version, or InvalidTransactionId

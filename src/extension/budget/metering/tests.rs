@@ -4,7 +4,7 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::extension::sql_testing::{
-        charged, column, error_of, force_parallel_plans, plan, role, run, REVOKE_TABLESPACE_SIZE,
+        charged, column, error_of, force_parallel_plans, plan, role, run,
     };
     use pgrx::prelude::*;
 
@@ -293,7 +293,6 @@ mod tests {
     #[pg_test]
     fn metering_reads_parameters_from_parallel_plans() {
         run(&[
-            REVOKE_TABLESPACE_SIZE,
             "CREATE ROLE parallel_analyst",
             "SELECT dp_budget_set('parallel_analyst', 100)",
             "CREATE TABLE wide AS SELECT i % 3 AS item, (i % 100)::float8 AS v FROM generate_series(1, 30000) i",
@@ -354,7 +353,6 @@ mod tests {
     #[pg_test]
     fn metering_limits_delta_beside_epsilon() {
         run(&[
-            REVOKE_TABLESPACE_SIZE,
             "CREATE ROLE delta_analyst",
             "SELECT dp_budget_set('delta_analyst', 10, 2.5e-6)",
             "CREATE TABLE d AS SELECT i % 3 AS item FROM generate_series(1, 100) i",
