@@ -200,9 +200,12 @@ unsafe fn changing_now(login: Oid) -> bool {
     // SAFETY: as the caller guarantees; SnapshotAnyData is PostgreSQL's static snapshot,
     // and each tuple's header is read while the scan holds it.
     unsafe {
-        let elsewhere = transactions_of_other_sessions(login);
+        let elsewhere = Elsewhere {
+            sessions: transactions_of_other_sessions(login),
+            prepared: prepared_transactions_possible(),
+        };
         let here = pg_sys::GetTopTransactionIdIfAny() != pg_sys::InvalidTransactionId;
-        if elsewhere.is_empty() && !here {
+        if elsewhere.sessions.is_empty() && !elsewhere.prepared && !here {
             return false;
         }
         let any = std::ptr::addr_of_mut!(pg_sys::SnapshotAnyData);
@@ -311,23 +314,59 @@ unsafe fn transactions_of_other_sessions(login: Oid) -> Vec<pg_sys::TransactionI
     }
 }
 
-/// Whether one of the transactions `elsewhere` (top-level ids), still in progress,
-/// inserted the row version: its sessions see a row this check cannot.
+/// The transactions not yet committed whose rows the check must not ignore.
+struct Elsewhere {
+    /// The top-level ids of the other sessions of the login role.
+    sessions: Vec<pg_sys::TransactionId>,
+    /// Whether prepared transactions may exist: one has no session, and COMMIT PREPARED
+    /// makes its grant, authorised when it was prepared, take effect after the check
+    /// (the red team of 2026-11-28 prepared a grant, revoked its own membership and
+    /// committed the grant while the DP cursor was open). Any role's counts.
+    prepared: bool,
+}
+
+/// Whether a transaction `elsewhere`, still in progress, inserted the row version: its
+/// sessions see a row this check cannot, or its commit grants what the check did not
+/// see.
 ///
 /// # Safety
 /// `header` must be a tuple header the caller holds.
-unsafe fn inserted_by(
-    header: pg_sys::HeapTupleHeader,
-    elsewhere: &[pg_sys::TransactionId],
-) -> bool {
+unsafe fn inserted_by(header: pg_sys::HeapTupleHeader, elsewhere: &Elsewhere) -> bool {
     // SAFETY: as the caller guarantees; pg_subtrans holds every transaction in progress.
     unsafe {
         let inserted = (*header).t_choice.t_heap.t_xmin;
-        !elsewhere.is_empty()
-            && !pg_sys::TransactionIdIsCurrentTransactionId(inserted)
-            && pg_sys::TransactionIdIsInProgress(inserted)
-            && elsewhere.contains(&pg_sys::SubTransGetTopmostTransaction(inserted))
+        if (elsewhere.sessions.is_empty() && !elsewhere.prepared)
+            || pg_sys::TransactionIdIsCurrentTransactionId(inserted)
+            || !pg_sys::TransactionIdIsInProgress(inserted)
+        {
+            return false;
+        }
+        let top = pg_sys::SubTransGetTopmostTransaction(inserted);
+        // A prepared transaction runs in no backend: no process has its id.
+        elsewhere.sessions.contains(&top)
+            || (elsewhere.prepared && pg_sys::BackendXidGetPid(top) == 0)
     }
+}
+
+/// Whether max_prepared_transactions (fixed at server start) allows prepared
+/// transactions.
+fn prepared_transactions_possible() -> bool {
+    thread_local! {
+        static POSSIBLE: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
+    }
+    POSSIBLE.with(|possible| {
+        *possible.get_or_init(|| {
+            // SAFETY: reads a built-in setting by name, which exists (missing_ok false).
+            let value = unsafe {
+                let text =
+                    pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), false, false);
+                std::ffi::CStr::from_ptr(text)
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            value.trim() != "0"
+        })
+    })
 }
 
 /// Whether this transaction updated or deleted the row version: the check reads what
