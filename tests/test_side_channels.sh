@@ -622,4 +622,46 @@ assert_eq "$(analyst -v ON_ERROR_STOP=0 -c "SET work_mem = '64kB'" -c "$SORTED" 
     -c "SAVEPOINT s" -c "FETCH 1 FROM c" -c "ROLLBACK TO s" -c "SELECT 'still here'" -c "COMMIT" 2>&1 | tail -1)" "still here" \
     "an error after the spill, in a savepoint"
 assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || true)" "leak" "no temporary file left open"
+# The node computes its HAVING and output list once per group, in its own order, before
+# its groups are shuffled: a view that output nextval(...) per group gave that order back
+# (ORDER BY it), and a hashed node's order counted the groups it withheld (the fifth
+# round); clock_timestamp() timed each group's draw, and a sequence read in HAVING
+# counted the withheld groups. A volatile function there, or in a subquery run per group,
+# is refused before any row and charged nothing; in the DP calls' own arguments (per row,
+# before any group) and in a query above the view it is not.
+sql >/dev/null <<'SQL'
+CREATE SEQUENCE group_order;
+CREATE TABLE numbered AS SELECT 'g' || (i % 10) AS grp, i AS v FROM generate_series(1, 1000) i;
+CREATE FUNCTION label(g text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RETURN 'group ' || g; END $$;
+CREATE VIEW v_numbered WITH (security_barrier) AS
+  SELECT grp, nextval('group_order') AS n, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+CREATE VIEW v_timed WITH (security_barrier) AS
+  SELECT grp, clock_timestamp() AS t, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+CREATE VIEW v_counted_having WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered
+    GROUP BY grp HAVING dp_partition(0.1, 1e-6) AND nextval('group_order') > 0;
+CREATE VIEW v_subquery WITH (security_barrier) AS
+  SELECT grp, (SELECT max(x) FROM generate_series(1, 3) x WHERE x < random() * 10 + length(grp)) AS r,
+         dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+CREATE VIEW v_labelled WITH (security_barrier) AS
+  SELECT label(grp) AS grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+CREATE VIEW v_jittered WITH (security_barrier) AS
+  SELECT grp, upper(grp) AS name, dp_quantile(v + random() - 0.5, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_subquery, v_labelled, v_jittered TO analyst;
+GRANT USAGE ON SEQUENCE group_order TO analyst;
+SQL
+volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation whose output list or HAVING calls volatile function $1: it runs once per group, in an order that follows the rows, before the groups are shuffled; compute it outside the view, or declare the function STABLE if it is"; }
+before="$(spent)"
+assert_eq "$(analyst -c "SELECT string_agg(grp, ' ' ORDER BY n) FROM v_numbered" 2>&1 | first_error)" "$(volatile nextval)" "nextval per group"
+assert_eq "$(analyst -c "$SORTED" -c "SELECT count(*) FROM v_timed" 2>&1 | first_error)" "$(volatile clock_timestamp)" "clock_timestamp per group, sorted"
+assert_eq "$(analyst -c "SELECT count(*) FROM v_counted_having" 2>&1 | first_error)" "$(volatile nextval)" "nextval in HAVING"
+assert_eq "$(analyst -c "SELECT count(*) FROM v_subquery" 2>&1 | first_error)" "$(volatile random)" "a subquery run per group"
+assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled" 2>&1 | first_error)" "$(volatile label)" "a function declared VOLATILE (the default), not inlined"
+assert_eq "$(sql -c "SELECT last_value, is_called FROM group_order")" "1|f" "no group reached the sequence"
+assert_eq "$(spent)" "$before" "volatile per group: charged nothing"
+sql -c "ALTER FUNCTION label(text) STABLE"
+assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled")" "10" "the function declared STABLE"
+assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT name) FROM v_jittered")" "10|10" "volatile in the DP call's argument, per row"
+assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT n) FROM (SELECT nextval('group_order') AS n FROM v_jittered) q")" "10|10" "volatile above the view"
+assert_eq "$(sql -c "SELECT count(*) FROM v_numbered")" "10" "a role without a budget: answered"
 echo "side channels: ok"

@@ -28,6 +28,7 @@
 //!   not its text;
 //! - `temporary_files`: a budgeted role that may read the temporary files DP statements
 //!   spill is refused;
+//! - `volatile_outputs`: a budgeted role's DP node calls nothing volatile once per group;
 //! - `wal`: the ledger's WAL records and their redo, for recovery and standbys;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
@@ -46,6 +47,7 @@ mod sql;
 mod statistics;
 mod temporary_files;
 mod upgrade;
+mod volatile_outputs;
 mod wal;
 
 pub use barrier::install_barrier;

@@ -15,7 +15,8 @@
 //!   runs it; a call whose ε or δ is set by the outer row (a correlated subquery) is read
 //!   and charged at the start of every loop, the first included;
 //! - a budgeted role is refused, before any row is read, an instrumented execution
-//!   (EXPLAIN ANALYZE, auto_explain) and window use of DP aggregates.
+//!   (EXPLAIN ANALYZE, auto_explain), window use of DP aggregates, and a DP node that
+//!   calls a volatile function once per group (volatile_outputs.rs).
 //!
 //! The final functions take their parameters from here ([`plan_arguments`]) and refuse to
 //! run in a node this hook did not meter.
@@ -26,6 +27,7 @@ use super::held_groups::{may_stream, HeldGroups};
 use super::identity::{dp_aggregate, forget_identities};
 use super::late_start;
 use super::statistics::{below_dp_nodes, count_again, is_silenced, Silence};
+use super::volatile_outputs::volatile_per_group;
 use crate::error::Error;
 use crate::extension::arguments::Argument;
 use crate::extension::forms::Aggregate;
@@ -176,6 +178,8 @@ struct Found {
     releases: Vec<Release>,
     /// A DP aggregate used as a window function.
     window: Option<&'static str>,
+    /// A volatile function a DP node calls once per group (volatile_outputs.rs).
+    volatile_per_group: Option<String>,
     /// The addresses registered for this query, removed when its memory goes (None: no
     /// DP aggregate, nothing metered).
     registered: Option<*mut Registered>,
@@ -263,6 +267,12 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
                 raise(Error::WindowRefused {
                     role: role_name(session_role()),
                     aggregate: aggregate.into(),
+                });
+            }
+            if let Some(function) = found.volatile_per_group.take() {
+                raise(Error::VolatilePerGroup {
+                    role: role_name(session_role()),
+                    function,
                 });
             }
         }
@@ -432,6 +442,10 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
                 evaluations,
             );
             ARGUMENTS.with(|all| all.borrow_mut().insert(call, arguments));
+        }
+        if !numbers.is_empty() && found.volatile_per_group.is_none() {
+            found.volatile_per_group =
+                volatile_per_group(plan.cast(), (*found.estate).es_plannedstmt);
         }
         calls.install(node, copies, found);
     }
