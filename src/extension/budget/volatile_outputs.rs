@@ -139,6 +139,8 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
             expressions.push((*plan.cast::<pg_sys::FunctionScan>()).functions.cast());
         } else if is_a(node, NodeTag::T_ValuesScan) {
             expressions.push((*plan.cast::<pg_sys::ValuesScan>()).values_lists.cast());
+        } else if is_a(node, NodeTag::T_SampleScan) {
+            expressions.push((*plan.cast::<pg_sys::SampleScan>()).tablesample.cast());
         } else if is_a(node, NodeTag::T_TableFuncScan) {
             expressions.push((*plan.cast::<pg_sys::TableFuncScan>()).tablefunc.cast());
         } else if is_a(node, NodeTag::T_Limit) {
