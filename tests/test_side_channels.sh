@@ -602,6 +602,29 @@ assert_eq "$(analyst -c "SELECT count(*), max(length(pad)) FROM v_wide_badges" 2
     "54000: a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed 65536 kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups" \
     "held groups past 64 MB"
 assert_eq "$(analyst -c "SET work_mem = '100MB'" -c "SELECT count(*), max(length(pad)) FROM v_wide_badges")" "70000|1005" "held groups within a larger work_mem"
+# The limit counts each value as the client gets it, uncompressed and inline: a key read
+# from the table came as its group's first row stored it, compressed or not, and counted
+# so it told how that row was stored (the fifth round's LOW). The same 23,000 keys of
+# 3,005 bytes, stored inline (PLAIN) or compressed to a few dozen bytes (EXTENDED), are
+# refused alike.
+sql >/dev/null <<'SQL'
+CREATE TABLE keys_plain (grp text, v int);
+ALTER TABLE keys_plain ALTER grp SET STORAGE PLAIN;
+INSERT INTO keys_plain SELECT repeat('x', 3000) || lpad(i::text, 5, '0'), i % 100 FROM generate_series(1, 23000) i;
+CREATE TABLE keys_compressed AS TABLE keys_plain;
+CREATE VIEW v_keys_plain WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 100, 0.1) AS med FROM keys_plain GROUP BY grp;
+CREATE VIEW v_keys_compressed WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 100, 0.1) AS med FROM keys_compressed GROUP BY grp;
+GRANT SELECT ON v_keys_plain, v_keys_compressed TO analyst;
+SQL
+assert_eq "$(sql -c "SELECT pg_column_size(grp) < 200 FROM keys_compressed LIMIT 1") $(sql -c "SELECT pg_column_size(grp) FROM keys_plain LIMIT 1")" "t 3009" "stored compressed, and inline"
+for view in v_keys_plain v_keys_compressed; do
+    assert_eq "$(analyst -c "SELECT count(*) FROM $view" 2>&1 | first_error)" \
+        "54000: a differentially private aggregation of a role with a privacy budget hands out its groups only once it has read every row, and they exceed 65536 kB (work_mem * hash_mem_multiplier, at least 64 MB): raise work_mem, or ask for fewer groups" \
+        "$view: 69 MB of keys as the client gets them"
+done
+assert_eq "$(analyst -c "SET work_mem = '72MB'" -c "SELECT count(*), min(length(grp)) FROM v_keys_compressed")" "23000|3005" "within a larger work_mem"
 # A hashed node's groups leave in a random order: theirs followed the hash table, and a
 # spill's first batch, where withheld groups took room, counted them (the fourth round).
 orders="$(for i in 1 2 3; do analyst -c "SELECT string_agg(grp::text, ',') FROM (SELECT grp FROM v_many_badges LIMIT 5) s"; done | sort -u | wc -l)"

@@ -64,6 +64,47 @@ pub unsafe fn may_stream(node: *mut pg_sys::PlanState) -> bool {
     }
 }
 
+/// The size of a group's output row as its values are, whatever their storage: each
+/// value's length, a text or other varlena's uncompressed and inline, and a row's header.
+/// The copy held is the row as stored, where a key read from the table stays compressed or
+/// out of line as the group's first row had it: counted as stored, the limit told how
+/// that row was stored (the fifth round's LOW).
+///
+/// # Safety
+/// `slot` must hold a valid row of a node's result.
+unsafe fn released_size(slot: *mut pg_sys::TupleTableSlot) -> usize {
+    /// A MinimalTuple's header: every row counts it.
+    const ROW: usize = std::mem::size_of::<pg_sys::MinimalTupleData>();
+    // SAFETY: the slot's descriptor describes its values, which slot_getallattrs
+    // deforms; a varlena value's raw size is read from its header alone, and a cstring's
+    // length from its bytes.
+    unsafe {
+        pg_sys::slot_getallattrs(slot);
+        let descriptor = (*slot).tts_tupleDescriptor;
+        let count = (*descriptor).natts as usize;
+        let attributes = (*descriptor).attrs.as_slice(count);
+        let values = std::slice::from_raw_parts((*slot).tts_values, count);
+        let nulls = std::slice::from_raw_parts((*slot).tts_isnull, count);
+        let mut size = ROW;
+        for ((attribute, &value), &null) in attributes.iter().zip(values).zip(nulls) {
+            if null {
+                continue;
+            }
+            size += match attribute.attlen {
+                -1 => pg_sys::toast_raw_datum_size(value),
+                -2 => {
+                    std::ffi::CStr::from_ptr(value.cast_mut_ptr())
+                        .to_bytes()
+                        .len()
+                        + 1
+                }
+                length => length.max(0) as usize,
+            };
+        }
+        size
+    }
+}
+
 impl HeldGroups {
     /// An empty store for the groups of `node`, in the query's memory.
     ///
@@ -123,7 +164,7 @@ impl HeldGroups {
                     pg_sys::pfree(tuple.cast());
                 }
                 self.groups.push(copy.cast());
-                bytes += length;
+                bytes += released_size(slot);
                 // How much is held is the size of the groups the client would get, so
                 // the refusal depends on them alone; it comes after the node's last row,
                 // so that an error of a later row comes first (refused at once, which of
