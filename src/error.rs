@@ -85,10 +85,10 @@ pub enum Error {
     /// A DP aggregate used as a window function, by a role with a budget.
     #[error("{aggregate} cannot be used as a window function by role \"{role}\", which has a privacy budget: each frame would be a release; aggregate with GROUP BY instead")]
     WindowRefused { role: String, aggregate: String },
-    /// A DP aggregation node that calls a volatile function once per group, run by a
-    /// role with a budget.
-    #[error("role \"{role}\", which has a privacy budget, cannot run a differentially private aggregation whose output list or HAVING calls volatile function {function}: it runs once per group, in an order that follows the rows, before the groups are shuffled; compute it outside the view, or declare the function STABLE if it is")]
-    VolatilePerGroup { role: String, function: String },
+    /// A DP aggregation node, or the plan under it, that calls a volatile function, run
+    /// by a role with a budget.
+    #[error("role \"{role}\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function {function}, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects")]
+    VolatileCall { role: String, function: String },
     /// A view with DP aggregates that is not a security barrier, read by a role with a
     /// budget.
     #[error("view \"{view}\" is refused: {reason}")]
@@ -203,7 +203,7 @@ impl Error {
             Error::NoBudget { .. }
             | Error::ExplainAnalyzeRefused { .. }
             | Error::WindowRefused { .. }
-            | Error::VolatilePerGroup { .. }
+            | Error::VolatileCall { .. }
             | Error::NotBudgetAdministrator { .. } => "42501",
             // read_only_sql_transaction, as PostgreSQL's own refusals during recovery
             Error::OnStandby { .. } => "25006",

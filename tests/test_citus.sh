@@ -373,9 +373,9 @@ out="$(sql_as prober analyst-password -c "SELECT voter::text || '!', dp_quantile
 assert_eq "$(cut -d'|' -f1 <<<"$out" | tr '\n' ' ')" "101! 102! " "the group keys"
 # A function of the rows that starts a distributed query from a worker is refused there,
 # even where the analyst allows nested execution: its fragments would be counted.
-sql_as prober analyst-password -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql AS
+sql_as prober analyst-password -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql STABLE AS
     \$\$ BEGIN RETURN EXISTS (SELECT 1 FROM votes WHERE voter = \$1); END \$\$" >/dev/null 2>&1 || \
-    sql -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql AS
+    sql -c "CREATE FUNCTION public.nested(int) RETURNS bool LANGUAGE plpgsql STABLE AS
     \$\$ BEGIN RETURN EXISTS (SELECT 1 FROM votes WHERE voter = \$1); END \$\$" >/dev/null
 # (Where privacy units are declared, as here, the planner refuses a function of the rows
 # unless its owner declares that it reads no table: declared here, untruly, to get past.)

@@ -15,7 +15,7 @@ CREATE VIEW hours_by_occupation_safe WITH (security_barrier) AS
 -- A view over the safe one, itself no barrier: nothing of the analyst's passes the inner one.
 CREATE VIEW hours_wrapped AS SELECT * FROM hours_by_occupation_safe;
 -- The DBA's own function under the aggregate: it shows when rows are read.
-CREATE FUNCTION rows_read(x text) RETURNS boolean LANGUAGE plpgsql AS
+CREATE FUNCTION rows_read(x text) RETURNS boolean LANGUAGE plpgsql STABLE AS
   $$ BEGIN RAISE NOTICE 'row read'; RETURN true; END $$;
 CREATE VIEW watched_rows WITH (security_barrier) AS
   SELECT sex, dp_argmax(race, 1, 0.5) FROM adult WHERE rows_read(sex) GROUP BY sex;

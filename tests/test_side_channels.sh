@@ -13,7 +13,7 @@ CREATE ROLE analyst LOGIN PASSWORD 'analyst-password';
 SELECT dp_budget_set('analyst', 1000, 1e-3);
 CREATE INDEX adult_native_country_idx ON adult (native_country);
 -- A DBA's function under the aggregate: its calls are counted per row with track_functions.
-CREATE FUNCTION counted(x text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN RETURN true; END $$;
+CREATE FUNCTION counted(x text) RETURNS boolean LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN true; END $$;
 CREATE VIEW v_country_part WITH (security_barrier) AS
   SELECT native_country, dp_quantile(age, 0.5, 0, 100, 0.1) AS med
     FROM adult WHERE counted(native_country) GROUP BY native_country HAVING dp_partition(0.1, 1e-6);
@@ -322,7 +322,7 @@ assert_eq "$(analyst -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count
 # DBA's own function) reached the analyst; it goes to the server's log only. The
 # analyst's own NOTICE above the view still reaches the analyst.
 sql >/dev/null <<'SQL'
-CREATE FUNCTION noisy(x text) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE FUNCTION noisy(x text) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 BEGIN RAISE NOTICE 'a row of %', x; RAISE WARNING 'a row'; RETURN true; END $$;
 CREATE VIEW v_noisy WITH (security_barrier) AS
   SELECT native_country, dp_quantile(age, 0.5, 0, 100, 0.1) AS med
@@ -515,7 +515,7 @@ echo "12. a FATAL while a DP node runs does not carry the rows' CONTEXT"
 # team of 2026-11-27, one value per charged statement).
 sql >/dev/null <<'SQL'
 CREATE TABLE patients AS SELECT 'secret-' || i AS diagnosis FROM generate_series(1, 2000) i;
-CREATE FUNCTION weight_of(x text) RETURNS int LANGUAGE plpgsql AS $$
+CREATE FUNCTION weight_of(x text) RETURNS int LANGUAGE plpgsql STABLE AS $$
 DECLARE w int; BEGIN EXECUTE format('SELECT length(%L) FROM pg_sleep(0.01)', x) INTO w; RETURN w; END $$;
 CREATE VIEW v_diag WITH (security_barrier) AS
   SELECT dp_quantile(weight_of(diagnosis), 0.5, 0, 20, 0.1) AS med FROM patients;
@@ -645,17 +645,23 @@ assert_eq "$(analyst -v ON_ERROR_STOP=0 -c "SET work_mem = '64kB'" -c "$SORTED" 
     -c "SAVEPOINT s" -c "FETCH 1 FROM c" -c "ROLLBACK TO s" -c "SELECT 'still here'" -c "COMMIT" 2>&1 | tail -1)" "still here" \
     "an error after the spill, in a savepoint"
 assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || true)" "leak" "no temporary file left open"
-# The node computes its HAVING and output list once per group, in its own order, before
-# its groups are shuffled: a view that output nextval(...) per group gave that order back
-# (ORDER BY it), and a hashed node's order counted the groups it withheld (the fifth
-# round); clock_timestamp() timed each group's draw, and a sequence read in HAVING
-# counted the withheld groups. A volatile function there, or in a subquery run per group,
-# is refused before any row and charged nothing; in the DP calls' own arguments (per row,
-# before any group) and in a query above the view it is not.
+# What a DP node evaluates runs per row (its calls' arguments and filters, the plan under
+# it) or per group (its output list and HAVING, before its groups are shuffled): a view
+# that output nextval(...) per group gave back the node's order (ORDER BY it), and a
+# hashed node's order counted the groups it withheld (the fifth round); clock_timestamp()
+# timed each group; a sequence advanced in HAVING (through a domain's check, an
+# ordered-set aggregate's direct argument or an aggregate's final function), in a
+# FILTER or under the node counted the withheld groups or the rows (the red team of
+# 2026-11-28). A volatile function anywhere there is refused before any row, charged
+# nothing; above the view, and for a role without a budget, it is not.
 sql >/dev/null <<'SQL'
 CREATE SEQUENCE group_order;
 CREATE TABLE numbered AS SELECT 'g' || (i % 10) AS grp, i AS v FROM generate_series(1, 1000) i;
 CREATE FUNCTION label(g text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RETURN 'group ' || g; END $$;
+CREATE FUNCTION ticked(x anyelement) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('group_order'); RETURN true; END $$;
+CREATE FUNCTION ticked_final(int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('group_order'); RETURN 0; END $$;
+CREATE AGGREGATE ticking(int) (sfunc = int4pl, stype = int, initcond = '0', finalfunc = ticked_final);
+CREATE DOMAIN ticked_boolean AS boolean CHECK (ticked(VALUE));
 CREATE VIEW v_numbered WITH (security_barrier) AS
   SELECT grp, nextval('group_order') AS n, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_timed WITH (security_barrier) AS
@@ -663,28 +669,48 @@ CREATE VIEW v_timed WITH (security_barrier) AS
 CREATE VIEW v_counted_having WITH (security_barrier) AS
   SELECT grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered
     GROUP BY grp HAVING dp_partition(0.1, 1e-6) AND nextval('group_order') > 0;
+CREATE VIEW v_domain_having WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp HAVING dp_partition(0.1, 1e-6)::ticked_boolean;
+CREATE VIEW v_direct_argument WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered
+    GROUP BY grp HAVING dp_partition(0.1, 1e-6) AND percentile_disc(nextval('group_order') * 0) WITHIN GROUP (ORDER BY v) > 0;
+CREATE VIEW v_final_function WITH (security_barrier) AS
+  SELECT grp, ticking(1) AS z, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp HAVING dp_partition(0.1, 1e-6);
 CREATE VIEW v_subquery WITH (security_barrier) AS
   SELECT grp, (SELECT max(x) FROM generate_series(1, 3) x WHERE x < random() * 10 + length(grp)) AS r,
          dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_labelled WITH (security_barrier) AS
   SELECT label(grp) AS grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+CREATE VIEW v_counted_filter WITH (security_barrier) AS
+  SELECT dp_argmax(grp, 1, 0.1) FILTER (WHERE nextval('group_order') > 0) AS top FROM numbered WHERE v > 500;
+CREATE VIEW v_counted_rows WITH (security_barrier) AS
+  SELECT dp_argmax(grp, 1, 0.1) AS top FROM numbered WHERE v > 500 AND ticked(v);
 CREATE VIEW v_jittered WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, dp_quantile(v + random() - 0.5, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
-GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_subquery, v_labelled, v_jittered TO analyst;
+CREATE VIEW v_plain WITH (security_barrier) AS
+  SELECT grp, upper(grp) AS name, now() AS at, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
+GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_domain_having, v_direct_argument, v_final_function,
+  v_subquery, v_labelled, v_counted_filter, v_counted_rows, v_jittered, v_plain TO analyst;
 GRANT USAGE ON SEQUENCE group_order TO analyst;
 SQL
-volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation whose output list or HAVING calls volatile function $1: it runs once per group, in an order that follows the rows, before the groups are shuffled; compute it outside the view, or declare the function STABLE if it is"; }
+volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function $1, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects"; }
 before="$(spent)"
-assert_eq "$(analyst -c "SELECT string_agg(grp, ' ' ORDER BY n) FROM v_numbered" 2>&1 | first_error)" "$(volatile nextval)" "nextval per group"
-assert_eq "$(analyst -c "$SORTED" -c "SELECT count(*) FROM v_timed" 2>&1 | first_error)" "$(volatile clock_timestamp)" "clock_timestamp per group, sorted"
-assert_eq "$(analyst -c "SELECT count(*) FROM v_counted_having" 2>&1 | first_error)" "$(volatile nextval)" "nextval in HAVING"
-assert_eq "$(analyst -c "SELECT count(*) FROM v_subquery" 2>&1 | first_error)" "$(volatile random)" "a subquery run per group"
-assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled" 2>&1 | first_error)" "$(volatile label)" "a function declared VOLATILE (the default), not inlined"
-assert_eq "$(sql -c "SELECT last_value, is_called FROM group_order")" "1|f" "no group reached the sequence"
-assert_eq "$(spent)" "$before" "volatile per group: charged nothing"
+for case in "v_numbered|nextval|nextval per group" "v_timed|clock_timestamp|clock_timestamp per group" \
+    "v_counted_having|nextval|nextval in HAVING" "v_domain_having|ticked|a domain's check in HAVING" \
+    "v_direct_argument|nextval|an ordered-set aggregate's direct argument" "v_final_function|ticked_final|an aggregate's final function" \
+    "v_subquery|random|a subquery run per group" "v_labelled|label|a function declared VOLATILE (the default), not inlined" \
+    "v_counted_filter|nextval|a FILTER, per row" "v_counted_rows|ticked|a condition under the node, per row" \
+    "v_jittered|random|a DP call's argument, per row"; do
+    IFS='|' read -r view function what <<<"$case"
+    assert_eq "$(analyst -c "SELECT * FROM $view" 2>&1 | first_error)" "$(volatile "$function")" "$what"
+done
+assert_eq "$(analyst -c "SET enable_hashagg = off" -c "SELECT string_agg(grp, ' ' ORDER BY n) FROM v_numbered" 2>&1 | first_error)" \
+    "$(volatile nextval)" "nextval per group, sorted"
+assert_eq "$(sql -c "SELECT last_value, is_called FROM group_order")" "1|f" "no group or row reached the sequence"
+assert_eq "$(spent)" "$before" "volatile calls: charged nothing"
 sql -c "ALTER FUNCTION label(text) STABLE"
 assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled")" "10" "the function declared STABLE"
-assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT name) FROM v_jittered")" "10|10" "volatile in the DP call's argument, per row"
-assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT n) FROM (SELECT nextval('group_order') AS n FROM v_jittered) q")" "10|10" "volatile above the view"
+assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT name) FROM v_plain")" "10|10" "stable and immutable functions per group"
+assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT n) FROM (SELECT nextval('group_order') AS n, random() AS r FROM v_plain ORDER BY r) q")" "10|10" "volatile above the view"
 assert_eq "$(sql -c "SELECT count(*) FROM v_numbered")" "10" "a role without a budget: answered"
 echo "side channels: ok"

@@ -28,7 +28,8 @@
 //!   not its text;
 //! - `temporary_files`: a budgeted role that may read the temporary files DP statements
 //!   spill is refused;
-//! - `volatile_outputs`: a budgeted role's DP node calls nothing volatile once per group;
+//! - `volatile_calls`: a budgeted role's DP node, and the plan under it, call no volatile
+//!   function;
 //! - `wal`: the ledger's WAL records and their redo, for recovery and standbys;
 //! - `sql`: dp_budget_set, dp_budget_remaining, the views dp_budget and dp_ledger.
 
@@ -47,7 +48,7 @@ mod sql;
 mod statistics;
 mod temporary_files;
 mod upgrade;
-mod volatile_outputs;
+mod volatile_calls;
 mod wal;
 
 pub use barrier::install_barrier;

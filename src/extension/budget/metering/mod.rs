@@ -16,7 +16,7 @@
 //!   and charged at the start of every loop, the first included;
 //! - a budgeted role is refused, before any row is read, an instrumented execution
 //!   (EXPLAIN ANALYZE, auto_explain), window use of DP aggregates, and a DP node that
-//!   calls a volatile function once per group (volatile_outputs.rs).
+//!   or a plan under it that calls a volatile function (volatile_calls.rs).
 //!
 //! The final functions take their parameters from here ([`plan_arguments`]) and refuse to
 //! run in a node this hook did not meter.
@@ -27,7 +27,7 @@ use super::held_groups::{may_stream, HeldGroups};
 use super::identity::{dp_aggregate, forget_identities};
 use super::late_start;
 use super::statistics::{below_dp_nodes, count_again, is_silenced, Silence};
-use super::volatile_outputs::volatile_per_group;
+use super::volatile_calls::volatile_call;
 use crate::error::Error;
 use crate::extension::arguments::Argument;
 use crate::extension::forms::Aggregate;
@@ -178,8 +178,8 @@ struct Found {
     releases: Vec<Release>,
     /// A DP aggregate used as a window function.
     window: Option<&'static str>,
-    /// A volatile function a DP node calls once per group (volatile_outputs.rs).
-    volatile_per_group: Option<String>,
+    /// A volatile function a DP node or the plan under it calls (volatile_calls.rs).
+    volatile_call: Option<String>,
     /// The addresses registered for this query, removed when its memory goes (None: no
     /// DP aggregate, nothing metered).
     registered: Option<*mut Registered>,
@@ -269,8 +269,8 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
                     aggregate: aggregate.into(),
                 });
             }
-            if let Some(function) = found.volatile_per_group.take() {
-                raise(Error::VolatilePerGroup {
+            if let Some(function) = found.volatile_call.take() {
+                raise(Error::VolatileCall {
                     role: role_name(session_role()),
                     function,
                 });
@@ -443,9 +443,12 @@ unsafe fn meter_aggregation(state: *mut pg_sys::AggState, copies: u32, found: &m
             );
             ARGUMENTS.with(|all| all.borrow_mut().insert(call, arguments));
         }
-        if !numbers.is_empty() && found.volatile_per_group.is_none() {
-            found.volatile_per_group =
-                volatile_per_group(plan.cast(), (*found.estate).es_plannedstmt);
+        if !numbers.is_empty()
+            && found.volatile_call.is_none()
+            && pg_sys::ParallelWorkerNumber < 0
+            && session_is_budgeted()
+        {
+            found.volatile_call = volatile_call(plan.cast(), (*found.estate).es_plannedstmt);
         }
         calls.install(node, copies, found);
     }
