@@ -80,13 +80,12 @@ unsafe fn released_size(slot: *mut pg_sys::TupleTableSlot) -> usize {
     // length from its bytes.
     unsafe {
         pg_sys::slot_getallattrs(slot);
-        let descriptor = (*slot).tts_tupleDescriptor;
-        let count = (*descriptor).natts as usize;
-        let attributes = (*descriptor).attrs.as_slice(count);
+        let descriptor = pgrx::PgTupleDesc::from_pg_unchecked((*slot).tts_tupleDescriptor);
+        let count = descriptor.len();
         let values = std::slice::from_raw_parts((*slot).tts_values, count);
         let nulls = std::slice::from_raw_parts((*slot).tts_isnull, count);
         let mut size = ROW;
-        for ((attribute, &value), &null) in attributes.iter().zip(values).zip(nulls) {
+        for (attribute, (&value, &null)) in descriptor.iter().zip(values.iter().zip(nulls)) {
             if null {
                 continue;
             }
