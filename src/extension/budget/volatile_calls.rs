@@ -11,8 +11,9 @@
 //! table or an advisory lock would count too. So a budgeted role's DP node that calls
 //! one, itself or through a subquery, a domain's check or a non-DP aggregate's support
 //! function, is refused when the plan starts, before any row: the refusal follows from
-//! the plan alone. pg_exp_mech's own functions (the privacy units' random priorities) are
-//! written to this model and pass.
+//! the plan alone. pg_exp_mech's own functions (the privacy units' random priorities),
+//! and Citus's combine of a DP aggregate on the coordinator, are written to this model
+//! and pass.
 
 use super::identity::dp_aggregate;
 use pgrx::pg_sys::{self, NodeTag, Oid};
@@ -150,8 +151,11 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
             return false;
         }
         if is_a(node, NodeTag::T_Aggref) {
-            let aggregate = (*node.cast::<pg_sys::Aggref>()).aggfnoid;
-            if dp_aggregate(aggregate).is_none() && aggregate_is_volatile(aggregate, context) {
+            // A DP call, or Citus's combine of one on the coordinator.
+            let aggref = node.cast::<pg_sys::Aggref>();
+            let dp = dp_aggregate((*aggref).aggfnoid).is_some()
+                || crate::extension::citus::combined_function(aggref).is_some();
+            if !dp && aggregate_is_volatile((*aggref).aggfnoid, context) {
                 return true;
             }
         } else if pg_sys::check_functions_in_node(node, Some(is_volatile), context) {

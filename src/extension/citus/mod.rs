@@ -18,7 +18,7 @@ mod combine;
 mod coordinator;
 mod fragments;
 
-pub use combine::{combined_call, in_partial_aggregation, in_planned_combine};
+pub use combine::{combined_call, combined_function, in_partial_aggregation, in_planned_combine};
 pub use coordinator::prepare;
 pub use fragments::{calls_fragment_marker, install, is_fragment};
 
