@@ -652,8 +652,10 @@ assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || tr
 # timed each group; a sequence advanced in HAVING (through a domain's check, an
 # ordered-set aggregate's direct argument or an aggregate's final function), in a
 # FILTER or under the node counted the withheld groups or the rows (the red team of
-# 2026-11-28). A volatile function anywhere there is refused before any row, charged
-# nothing; above the view, and for a role without a budget, it is not.
+# 2026-11-28), and so did, in its second round, a window aggregate under the node, a
+# domain's check run by an input function, and an init-plan attached above the node
+# (ORDER BY in the view). A volatile function anywhere there is refused before any row,
+# charged nothing; above the view, and for a role without a budget, it is not.
 sql >/dev/null <<'SQL'
 CREATE SEQUENCE group_order;
 CREATE TABLE numbered AS SELECT 'g' || (i % 10) AS grp, i AS v FROM generate_series(1, 1000) i;
@@ -662,6 +664,10 @@ CREATE FUNCTION ticked(x anyelement) RETURNS boolean LANGUAGE plpgsql AS $$ BEGI
 CREATE FUNCTION ticked_final(int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('group_order'); RETURN 0; END $$;
 CREATE AGGREGATE ticking(int) (sfunc = int4pl, stype = int, initcond = '0', finalfunc = ticked_final);
 CREATE DOMAIN ticked_boolean AS boolean CHECK (ticked(VALUE));
+CREATE DOMAIN ticked_int AS int CHECK (ticked(VALUE));
+CREATE TYPE ticked_pair AS (a ticked_int);
+CREATE FUNCTION ticked_add(s bigint, x int) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('group_order'); RETURN coalesce(s, 0) + 1; END $$;
+CREATE AGGREGATE ticked_count(int) (sfunc = ticked_add, stype = bigint);
 CREATE VIEW v_numbered WITH (security_barrier) AS
   SELECT grp, nextval('group_order') AS n, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_timed WITH (security_barrier) AS
@@ -685,12 +691,23 @@ CREATE VIEW v_counted_filter WITH (security_barrier) AS
   SELECT dp_argmax(grp, 1, 0.1) FILTER (WHERE nextval('group_order') > 0) AS top FROM numbered WHERE v > 500;
 CREATE VIEW v_counted_rows WITH (security_barrier) AS
   SELECT dp_argmax(grp, 1, 0.1) AS top FROM numbered WHERE v > 500 AND ticked(v);
+CREATE VIEW v_window WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM (SELECT v, ticked_count(v) OVER () AS c FROM numbered WHERE v > 500) s WHERE c >= 0;
+CREATE VIEW v_domain_array WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) FILTER (WHERE ('{' || v || '}')::ticked_int[] IS NOT NULL) AS med FROM numbered WHERE v > 500;
+CREATE VIEW v_domain_record WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) FILTER (WHERE jsonb_populate_record(NULL::ticked_pair, jsonb_build_object('a', v)) IS NOT NULL) AS med
+    FROM numbered WHERE v > 500;
+CREATE VIEW v_init_plan_above WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v + 0 * (SELECT nextval('group_order'))::int, 0.5, 0, 1000, 0.1) AS med FROM numbered
+    WHERE v > 500 GROUP BY grp HAVING dp_partition(0.1, 1e-6) ORDER BY 2;
 CREATE VIEW v_jittered WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, dp_quantile(v + random() - 0.5, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_plain WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, now() AS at, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_domain_having, v_direct_argument, v_final_function,
-  v_subquery, v_labelled, v_counted_filter, v_counted_rows, v_jittered, v_plain TO analyst;
+  v_subquery, v_labelled, v_counted_filter, v_counted_rows, v_window, v_domain_array, v_domain_record,
+  v_init_plan_above, v_jittered, v_plain TO analyst;
 GRANT USAGE ON SEQUENCE group_order TO analyst;
 SQL
 volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function $1, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects"; }
@@ -700,6 +717,8 @@ for case in "v_numbered|nextval|nextval per group" "v_timed|clock_timestamp|cloc
     "v_direct_argument|nextval|an ordered-set aggregate's direct argument" "v_final_function|ticked_final|an aggregate's final function" \
     "v_subquery|random|a subquery run per group" "v_labelled|label|a function declared VOLATILE (the default), not inlined" \
     "v_counted_filter|nextval|a FILTER, per row" "v_counted_rows|ticked|a condition under the node, per row" \
+    "v_window|ticked_add|a window aggregate under the node" "v_domain_array|ticked|a domain's check in an array's input" \
+    "v_domain_record|ticked|a domain's check in jsonb_populate_record" "v_init_plan_above|nextval|an init-plan attached above the node" \
     "v_jittered|random|a DP call's argument, per row"; do
     IFS='|' read -r view function what <<<"$case"
     assert_eq "$(analyst -c "SELECT * FROM $view" 2>&1 | first_error)" "$(volatile "$function")" "$what"

@@ -18,11 +18,13 @@
 use super::identity::dp_aggregate;
 use pgrx::pg_sys::{self, NodeTag, Oid};
 use pgrx::{is_a, PgList};
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 
 /// pg_aggregate's support functions (attribute numbers, the same from PostgreSQL 11 to
-/// 18): transition, final, combine, serial and deserial.
-const AGGREGATE_FUNCTIONS: [i16; 5] = [4, 5, 6, 7, 8];
+/// 18): transition, final, combine, serial, deserial, and the moving aggregate's
+/// transition, inverse and final (a window aggregate's).
+const AGGREGATE_FUNCTIONS: [i16; 8] = [4, 5, 6, 7, 8, 9, 10, 11];
 
 /// What the search is given and finds.
 struct Search {
@@ -31,6 +33,12 @@ struct Search {
     extension: Oid,
     /// The volatile function found (`nextval` for an identity column's NextValueExpr).
     function: Option<String>,
+    /// Types already searched for domains with volatile checks, and what was found.
+    types: HashMap<Oid, bool>,
+    /// The statement's init-plans by the parameters they set, once a parameter is met;
+    /// and the init-plans searched already.
+    init_plans: Option<HashMap<i32, i32>>,
+    searched_init_plans: HashSet<i32>,
 }
 
 /// The first volatile function that `plan` (a node finalizing DP aggregates) or a node
@@ -48,6 +56,9 @@ pub(super) unsafe fn volatile_call(
             statement,
             extension: pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true),
             function: None,
+            types: HashMap::new(),
+            init_plans: None,
+            searched_init_plans: HashSet::new(),
         };
         plan_calls(plan, &mut search);
         search.function
@@ -121,24 +132,102 @@ unsafe fn aggregate_is_volatile(aggregate: Oid, context: *mut c_void) -> bool {
     }
 }
 
-/// Whether a domain's constraints (those of the domains it is over included) call a
-/// volatile function: each value coerced to it runs them.
+/// Whether a value of `type_oid` may run a domain's checks that call a volatile function:
+/// a domain's own (and those of the domains it is over), or, for an array, a composite or
+/// a range, those of its elements' types (an input function such as `array_in` or
+/// `record_in`, or `jsonb_populate_record`, checks each element it makes).
 ///
 /// # Safety
-/// As for [`note_volatile`]; `domain` must be a type's oid.
-unsafe fn domain_is_volatile(domain: Oid, context: *mut c_void) -> bool {
-    // SAFETY: the reference lives in the current memory context, which releases it (its
-    // callback) when reset; its constraints' expressions are planned expressions.
+/// As for [`note_volatile`]; `type_oid` must be a type's oid.
+unsafe fn type_is_volatile(type_oid: Oid, context: *mut c_void) -> bool {
+    // SAFETY: the domain reference lives in the current memory context, which releases it
+    // (its callback) when reset; its constraints' expressions are planned expressions;
+    // the row type's descriptor is reference-counted and released when dropped.
     unsafe {
-        if !pg_sys::DomainHasConstraints(domain) {
+        let search = &mut *(context as *mut Search);
+        if let Some(&found) = search.types.get(&type_oid) {
+            return found;
+        }
+        search.types.insert(type_oid, false); // a type met again inside itself
+        let kind = pg_sys::get_typtype(type_oid) as u8;
+        let found = if kind == pg_sys::TYPTYPE_DOMAIN {
+            let constraints = pg_sys::DomainHasConstraints(type_oid) && {
+                let reference = pg_sys::palloc0(std::mem::size_of::<pg_sys::DomainConstraintRef>())
+                    .cast::<pg_sys::DomainConstraintRef>();
+                pg_sys::InitDomainConstraintRef(
+                    type_oid,
+                    reference,
+                    pg_sys::CurrentMemoryContext,
+                    false,
+                );
+                PgList::<pg_sys::DomainConstraintState>::from_pg((*reference).constraints)
+                    .iter_ptr()
+                    .any(|constraint| walker((*constraint).check_expr.cast(), context))
+            };
+            constraints || type_is_volatile(pg_sys::getBaseType(type_oid), context)
+        } else if kind == pg_sys::TYPTYPE_COMPOSITE {
+            let descriptor =
+                pgrx::PgTupleDesc::from_pg(pg_sys::lookup_rowtype_tupdesc(type_oid, -1));
+            let fields: Vec<Oid> = descriptor
+                .iter()
+                .filter(|attribute| !attribute.attisdropped)
+                .map(|attribute| attribute.atttypid)
+                .collect();
+            drop(descriptor);
+            fields
+                .into_iter()
+                .any(|field| type_is_volatile(field, context))
+        } else if kind == pg_sys::TYPTYPE_RANGE {
+            type_is_volatile(pg_sys::get_range_subtype(type_oid), context)
+        } else {
+            let element = pg_sys::get_element_type(type_oid);
+            element != pg_sys::InvalidOid && type_is_volatile(element, context)
+        };
+        (*(context as *mut Search)).types.insert(type_oid, found);
+        found
+    }
+}
+
+/// Whether the init-plan that sets parameter `id` (wherever the query level attached it,
+/// above the DP node too) calls a volatile function.
+///
+/// # Safety
+/// As for [`note_volatile`].
+unsafe fn init_plan_is_volatile(id: i32, context: *mut c_void) -> bool {
+    // SAFETY: the statement's plans and their init-plan lists (SubPlans, whose setParam
+    // lists hold integers) are valid.
+    unsafe {
+        let search = &mut *(context as *mut Search);
+        let statement = search.statement;
+        let plans = search.init_plans.get_or_insert_with(|| {
+            let mut plans = HashMap::new();
+            let mut pending = vec![(*statement).planTree];
+            pending.extend(PgList::<pg_sys::Plan>::from_pg((*statement).subplans).iter_ptr());
+            while let Some(plan) = pending.pop() {
+                if plan.is_null() {
+                    continue;
+                }
+                for init_plan in PgList::<pg_sys::SubPlan>::from_pg((*plan).initPlan).iter_ptr() {
+                    let set = (*init_plan).setParam;
+                    for at in 0..if set.is_null() {
+                        0
+                    } else {
+                        (*set).length as usize
+                    } {
+                        plans.insert((*(*set).elements.add(at)).int_value, (*init_plan).plan_id);
+                    }
+                }
+                pending.extend(children(plan, statement));
+            }
+            plans
+        });
+        let Some(&plan_id) = plans.get(&id) else {
+            return false;
+        };
+        if !search.searched_init_plans.insert(plan_id) {
             return false;
         }
-        let reference = pg_sys::palloc0(std::mem::size_of::<pg_sys::DomainConstraintRef>())
-            .cast::<pg_sys::DomainConstraintRef>();
-        pg_sys::InitDomainConstraintRef(domain, reference, pg_sys::CurrentMemoryContext, false);
-        PgList::<pg_sys::DomainConstraintState>::from_pg((*reference).constraints)
-            .iter_ptr()
-            .any(|constraint| walker((*constraint).check_expr.cast(), context))
+        plan_calls(subplan(statement, plan_id), search)
     }
 }
 
@@ -158,19 +247,46 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
             if !dp && aggregate_is_volatile((*aggref).aggfnoid, context) {
                 return true;
             }
+        } else if is_a(node, NodeTag::T_WindowFunc) && (*node.cast::<pg_sys::WindowFunc>()).winagg {
+            // An aggregate over a window: its pg_proc row says IMMUTABLE, whatever its
+            // support functions are.
+            let function = (*node.cast::<pg_sys::WindowFunc>()).winfnoid;
+            if dp_aggregate(function).is_none() && aggregate_is_volatile(function, context) {
+                return true;
+            }
         } else if pg_sys::check_functions_in_node(node, Some(is_volatile), context) {
             return true;
         }
-        let search = &mut *(context as *mut Search);
         if is_a(node, NodeTag::T_NextValueExpr) {
-            search.function = Some("nextval".into());
+            (*(context as *mut Search)).function = Some("nextval".into());
             return true;
         }
-        if is_a(node, NodeTag::T_CoerceToDomain)
-            && domain_is_volatile((*node.cast::<pg_sys::CoerceToDomain>()).resulttype, context)
+        // What makes a value of a type checks the domains in it.
+        let makes_values = [
+            NodeTag::T_CoerceToDomain,
+            NodeTag::T_CoerceViaIO,
+            NodeTag::T_ArrayCoerceExpr,
+            NodeTag::T_FuncExpr,
+            NodeTag::T_OpExpr,
+            NodeTag::T_RowExpr,
+            NodeTag::T_ConvertRowtypeExpr,
+            NodeTag::T_FieldStore,
+            NodeTag::T_SubscriptingRef,
+        ];
+        if makes_values.iter().any(|&tag| is_a(node, tag))
+            && type_is_volatile(pg_sys::exprType(node), context)
         {
             return true;
         }
+        if is_a(node, NodeTag::T_Param) {
+            let parameter = node.cast::<pg_sys::Param>();
+            if (*parameter).paramkind == pg_sys::ParamKind::PARAM_EXEC
+                && init_plan_is_volatile((*parameter).paramid, context)
+            {
+                return true;
+            }
+        }
+        let search = &mut *(context as *mut Search);
         if is_a(node, NodeTag::T_SubPlan) {
             let id = (*node.cast::<pg_sys::SubPlan>()).plan_id;
             if plan_calls(subplan(search.statement, id), search) {
@@ -200,8 +316,7 @@ unsafe fn subplan(statement: *mut pg_sys::PlannedStmt, id: i32) -> *mut pg_sys::
 /// # Safety
 /// `plan` must be NULL or a Plan of the search's statement.
 unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
-    // SAFETY: nodes are cast after their tags are checked; their lists hold expressions
-    // (or Plans, for the children).
+    // SAFETY: nodes are cast after their tags are checked; their fields hold expressions.
     unsafe {
         if plan.is_null() {
             return false;
@@ -212,8 +327,6 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
             (*plan).qual.cast(),
             (*plan).initPlan.cast(),
         ];
-        let mut children = vec![(*plan).lefttree, (*plan).righttree];
-        let mut lists = Vec::new();
         if is_a(node, NodeTag::T_Result) {
             expressions.push((*plan.cast::<pg_sys::Result>()).resconstantqual);
         } else if is_a(node, NodeTag::T_NestLoop)
@@ -231,35 +344,59 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
             expressions.push((*plan.cast::<pg_sys::TableFuncScan>()).tablefunc.cast());
         } else if is_a(node, NodeTag::T_ForeignScan) {
             expressions.push((*plan.cast::<pg_sys::ForeignScan>()).fdw_exprs.cast());
+        } else if is_a(node, NodeTag::T_CustomScan) {
+            expressions.push((*plan.cast::<pg_sys::CustomScan>()).custom_exprs.cast());
         } else if is_a(node, NodeTag::T_Limit) {
             let limit = plan.cast::<pg_sys::Limit>();
             expressions.extend([(*limit).limitOffset, (*limit).limitCount]);
         } else if is_a(node, NodeTag::T_WindowAgg) {
             let window = plan.cast::<pg_sys::WindowAgg>();
             expressions.extend([(*window).startOffset, (*window).endOffset]);
-        } else if is_a(node, NodeTag::T_SubqueryScan) {
-            children.push((*plan.cast::<pg_sys::SubqueryScan>()).subplan);
-        } else if is_a(node, NodeTag::T_CteScan) {
-            let id = (*plan.cast::<pg_sys::CteScan>()).ctePlanId;
-            children.push(subplan(search.statement, id));
-        } else if is_a(node, NodeTag::T_Append) {
-            lists.push((*plan.cast::<pg_sys::Append>()).appendplans);
-        } else if is_a(node, NodeTag::T_MergeAppend) {
-            lists.push((*plan.cast::<pg_sys::MergeAppend>()).mergeplans);
-        } else if is_a(node, NodeTag::T_BitmapAnd) {
-            lists.push((*plan.cast::<pg_sys::BitmapAnd>()).bitmapplans);
-        } else if is_a(node, NodeTag::T_BitmapOr) {
-            lists.push((*plan.cast::<pg_sys::BitmapOr>()).bitmapplans);
-        } else if is_a(node, NodeTag::T_CustomScan) {
-            let custom = plan.cast::<pg_sys::CustomScan>();
-            expressions.push((*custom).custom_exprs.cast());
-            lists.push((*custom).custom_plans);
-        }
-        for list in lists {
-            children.extend(PgList::<pg_sys::Plan>::from_pg(list).iter_ptr());
         }
         let context = (search as *mut Search).cast();
         expressions.into_iter().any(|e| walker(e, context))
-            || children.into_iter().any(|child| plan_calls(child, search))
+            || children(plan, search.statement)
+                .into_iter()
+                .any(|child| plan_calls(child, search))
+    }
+}
+
+/// The plans a plan runs: its children, a subquery's, a CTE's, an Append's.
+///
+/// # Safety
+/// `plan` must be a Plan of `statement`.
+unsafe fn children(
+    plan: *mut pg_sys::Plan,
+    statement: *mut pg_sys::PlannedStmt,
+) -> Vec<*mut pg_sys::Plan> {
+    // SAFETY: nodes are cast after their tags are checked; their lists hold Plans.
+    unsafe {
+        let node = plan.cast::<pg_sys::Node>();
+        let mut children = vec![(*plan).lefttree, (*plan).righttree];
+        let list = if is_a(node, NodeTag::T_SubqueryScan) {
+            children.push((*plan.cast::<pg_sys::SubqueryScan>()).subplan);
+            std::ptr::null_mut()
+        } else if is_a(node, NodeTag::T_CteScan) {
+            children.push(subplan(
+                statement,
+                (*plan.cast::<pg_sys::CteScan>()).ctePlanId,
+            ));
+            std::ptr::null_mut()
+        } else if is_a(node, NodeTag::T_Append) {
+            (*plan.cast::<pg_sys::Append>()).appendplans
+        } else if is_a(node, NodeTag::T_MergeAppend) {
+            (*plan.cast::<pg_sys::MergeAppend>()).mergeplans
+        } else if is_a(node, NodeTag::T_BitmapAnd) {
+            (*plan.cast::<pg_sys::BitmapAnd>()).bitmapplans
+        } else if is_a(node, NodeTag::T_BitmapOr) {
+            (*plan.cast::<pg_sys::BitmapOr>()).bitmapplans
+        } else if is_a(node, NodeTag::T_CustomScan) {
+            (*plan.cast::<pg_sys::CustomScan>()).custom_plans
+        } else {
+            std::ptr::null_mut()
+        };
+        children.extend(PgList::<pg_sys::Plan>::from_pg(list).iter_ptr());
+        children.retain(|child| !child.is_null());
+        children
     }
 }
