@@ -654,7 +654,9 @@ assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || tr
 # FILTER or under the node counted the withheld groups or the rows (the red team of
 # 2026-11-28), and so did, in its second round, a window aggregate under the node, a
 # domain's check run by an input function, and an init-plan attached above the node
-# (ORDER BY in the view). A volatile function anywhere there is refused before any row,
+# (ORDER BY in the view); in its third round, a domain's check in a hash key, an index
+# condition, a run condition, a function's column list, XMLTABLE's columns or a
+# multirange. A volatile function anywhere there is refused before any row,
 # charged nothing; above the view, and for a role without a budget, it is not.
 sql >/dev/null <<'SQL'
 CREATE SEQUENCE group_order;
@@ -668,6 +670,10 @@ CREATE DOMAIN ticked_int AS int CHECK (ticked(VALUE));
 CREATE TYPE ticked_pair AS (a ticked_int);
 CREATE FUNCTION ticked_add(s bigint, x int) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('group_order'); RETURN coalesce(s, 0) + 1; END $$;
 CREATE AGGREGATE ticked_count(int) (sfunc = ticked_add, stype = bigint);
+CREATE TYPE ticked_range AS RANGE (subtype = ticked_int, multirange_type_name = ticked_multirange);
+CREATE TABLE lookup (k int PRIMARY KEY, w int);
+INSERT INTO lookup SELECT i, i FROM generate_series(0, 49) i;
+ANALYZE numbered, lookup;
 CREATE VIEW v_numbered WITH (security_barrier) AS
   SELECT grp, nextval('group_order') AS n, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_timed WITH (security_barrier) AS
@@ -701,13 +707,25 @@ CREATE VIEW v_domain_record WITH (security_barrier) AS
 CREATE VIEW v_init_plan_above WITH (security_barrier) AS
   SELECT grp, dp_quantile(v + 0 * (SELECT nextval('group_order'))::int, 0.5, 0, 1000, 0.1) AS med FROM numbered
     WHERE v > 500 GROUP BY grp HAVING dp_partition(0.1, 1e-6) ORDER BY 2;
+CREATE VIEW v_column_list WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered, jsonb_to_record(jsonb_build_object('a', v)) AS r(a ticked_int);
+CREATE VIEW v_xmltable WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med
+    FROM numbered, XMLTABLE('/r' PASSING (('<r><a>' || v || '</a></r>')::xml) COLUMNS a ticked_int PATH 'a') x;
+CREATE VIEW v_joined WITH (security_barrier) AS
+  SELECT dp_quantile(n.v, 0.5, 0, 1000, 0.1) AS med FROM numbered n JOIN lookup l ON l.k = (n.v % 50)::ticked_int;
+CREATE VIEW v_run_condition WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM (SELECT v, row_number() OVER (ORDER BY v) AS rn FROM numbered) s
+    WHERE rn <= 900::ticked_int;
+CREATE VIEW v_multirange WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered WHERE ('{[' || v || ',' || (v + 1) || ')}')::ticked_multirange IS NOT NULL;
 CREATE VIEW v_jittered WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, dp_quantile(v + random() - 0.5, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_plain WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, now() AS at, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_domain_having, v_direct_argument, v_final_function,
   v_subquery, v_labelled, v_counted_filter, v_counted_rows, v_window, v_domain_array, v_domain_record,
-  v_init_plan_above, v_jittered, v_plain TO analyst;
+  v_init_plan_above, v_column_list, v_xmltable, v_joined, v_run_condition, v_multirange, v_jittered, v_plain TO analyst;
 GRANT USAGE ON SEQUENCE group_order TO analyst;
 SQL
 volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function $1, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects"; }
@@ -719,12 +737,21 @@ for case in "v_numbered|nextval|nextval per group" "v_timed|clock_timestamp|cloc
     "v_counted_filter|nextval|a FILTER, per row" "v_counted_rows|ticked|a condition under the node, per row" \
     "v_window|ticked_add|a window aggregate under the node" "v_domain_array|ticked|a domain's check in an array's input" \
     "v_domain_record|ticked|a domain's check in jsonb_populate_record" "v_init_plan_above|nextval|an init-plan attached above the node" \
+    "v_column_list|ticked|a function's column list in FROM" "v_xmltable|ticked|XMLTABLE's columns" \
+    "v_run_condition|ticked|a window's run condition" "v_multirange|ticked|a multirange of a domain" \
     "v_jittered|random|a DP call's argument, per row"; do
     IFS='|' read -r view function what <<<"$case"
     assert_eq "$(analyst -c "SELECT * FROM $view" 2>&1 | first_error)" "$(volatile "$function")" "$what"
 done
 assert_eq "$(analyst -c "SET enable_hashagg = off" -c "SELECT string_agg(grp, ' ' ORDER BY n) FROM v_numbered" 2>&1 | first_error)" \
     "$(volatile nextval)" "nextval per group, sorted"
+# A domain's coercion is not volatile to PostgreSQL: it may land in a hash join's keys, a
+# parameterized index scan (the red team's third round).
+for plan in "Hash Cond|" "Index Cond|SET enable_hashjoin = off; SET enable_mergejoin = off; SET enable_memoize = off"; do
+    IFS='|' read -r shape settings <<<"$plan"
+    assert_contains "$(sql -c "$settings" -c "EXPLAIN (COSTS OFF) SELECT * FROM v_joined")" "$shape" "the join planned with $shape"
+    assert_eq "$(analyst -c "$settings" -c "SELECT * FROM v_joined" 2>&1 | first_error)" "$(volatile ticked)" "a domain's check in $shape"
+done
 assert_eq "$(sql -c "SELECT last_value, is_called FROM group_order")" "1|f" "no group or row reached the sequence"
 assert_eq "$(spent)" "$before" "volatile calls: charged nothing"
 sql -c "ALTER FUNCTION label(text) STABLE"
@@ -732,4 +759,11 @@ assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled")" "10" "the function d
 assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT name) FROM v_plain")" "10|10" "stable and immutable functions per group"
 assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT n) FROM (SELECT nextval('group_order') AS n, random() AS r FROM v_plain ORDER BY r) q")" "10|10" "volatile above the view"
 assert_eq "$(sql -c "SELECT count(*) FROM v_numbered")" "10" "a role without a budget: answered"
+# The search reads each plan once: a CTE that 24 levels read twice each took 16 s (and
+# 2 minutes at 27, deaf to statement_timeout and pg_terminate_backend) while the search
+# followed every reference (the third round).
+ctes="c1 AS MATERIALIZED (SELECT 1 AS x)"
+for level in $(seq 2 24); do ctes="$ctes, c$level AS MATERIALIZED (SELECT x FROM c$((level - 1)) UNION ALL SELECT x FROM c$((level - 1)))"; done
+assert_eq "$(analyst -c "SET statement_timeout = '5s'" -c "WITH $ctes SELECT dp_quantile(x::float8, 0.5, 0, 10, 0.1) IS NOT NULL FROM c24 WHERE x < 0" 2>&1)" "t" \
+    "a CTE read 2^23 times: searched once"
 echo "side channels: ok"

@@ -38,7 +38,9 @@ struct Search {
     /// The statement's init-plans by the parameters they set, once a parameter is met;
     /// and the init-plans searched already.
     init_plans: Option<HashMap<i32, i32>>,
-    searched_init_plans: HashSet<i32>,
+    /// Plans searched already (a CTE or a subplan read many times is searched once: its
+    /// references may double at every level of a query).
+    searched_plans: HashSet<usize>,
 }
 
 /// The first volatile function that `plan` (a node finalizing DP aggregates) or a node
@@ -58,7 +60,7 @@ pub(super) unsafe fn volatile_call(
             function: None,
             types: HashMap::new(),
             init_plans: None,
-            searched_init_plans: HashSet::new(),
+            searched_plans: HashSet::new(),
         };
         plan_calls(plan, &mut search);
         search.function
@@ -133,8 +135,8 @@ unsafe fn aggregate_is_volatile(aggregate: Oid, context: *mut c_void) -> bool {
 }
 
 /// Whether a value of `type_oid` may run a domain's checks that call a volatile function:
-/// a domain's own (and those of the domains it is over), or, for an array, a composite or
-/// a range, those of its elements' types (an input function such as `array_in` or
+/// a domain's own (and those of the domains it is over), or, for an array, a composite, a
+/// range or a multirange, those of its elements' types (an input function such as `array_in` or
 /// `record_in`, or `jsonb_populate_record`, checks each element it makes).
 ///
 /// # Safety
@@ -179,6 +181,8 @@ unsafe fn type_is_volatile(type_oid: Oid, context: *mut c_void) -> bool {
                 .any(|field| type_is_volatile(field, context))
         } else if kind == pg_sys::TYPTYPE_RANGE {
             type_is_volatile(pg_sys::get_range_subtype(type_oid), context)
+        } else if kind == pg_sys::TYPTYPE_MULTIRANGE {
+            type_is_volatile(pg_sys::get_multirange_range(type_oid), context)
         } else {
             let element = pg_sys::get_element_type(type_oid);
             element != pg_sys::InvalidOid && type_is_volatile(element, context)
@@ -224,9 +228,6 @@ unsafe fn init_plan_is_volatile(id: i32, context: *mut c_void) -> bool {
         let Some(&plan_id) = plans.get(&id) else {
             return false;
         };
-        if !search.searched_init_plans.insert(plan_id) {
-            return false;
-        }
         plan_calls(subplan(statement, plan_id), search)
     }
 }
@@ -278,6 +279,22 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
         {
             return true;
         }
+        // A function's column list in FROM, and XMLTABLE's columns, make values of types
+        // that no expression names (`jsonb_to_record(j) AS r(a domain)`).
+        let column_types = if is_a(node, NodeTag::T_RangeTblFunction) {
+            (*node.cast::<pg_sys::RangeTblFunction>()).funccoltypes
+        } else if is_a(node, NodeTag::T_TableFunc) {
+            (*node.cast::<pg_sys::TableFunc>()).coltypes
+        } else {
+            std::ptr::null_mut()
+        };
+        if !column_types.is_null() {
+            for at in 0..(*column_types).length as usize {
+                if type_is_volatile((*(*column_types).elements.add(at)).oid_value, context) {
+                    return true;
+                }
+            }
+        }
         if is_a(node, NodeTag::T_Param) {
             let parameter = node.cast::<pg_sys::Param>();
             if (*parameter).paramkind == pg_sys::ParamKind::PARAM_EXEC
@@ -318,22 +335,62 @@ unsafe fn subplan(statement: *mut pg_sys::PlannedStmt, id: i32) -> *mut pg_sys::
 unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
     // SAFETY: nodes are cast after their tags are checked; their fields hold expressions.
     unsafe {
-        if plan.is_null() {
+        if plan.is_null() || !search.searched_plans.insert(plan as usize) {
             return false;
         }
+        pgrx::check_for_interrupts!();
         let node = plan.cast::<pg_sys::Node>();
         let mut expressions: Vec<*mut pg_sys::Node> = vec![
             (*plan).targetlist.cast(),
             (*plan).qual.cast(),
             (*plan).initPlan.cast(),
         ];
+        // Every field that holds expressions: a domain's coercion is not volatile to
+        // PostgreSQL, so its check may run in an index condition, a hash key or a run
+        // condition (the red team's third round).
+        let mut lists: Vec<*mut pg_sys::List> = Vec::new();
         if is_a(node, NodeTag::T_Result) {
             expressions.push((*plan.cast::<pg_sys::Result>()).resconstantqual);
         } else if is_a(node, NodeTag::T_NestLoop)
             || is_a(node, NodeTag::T_MergeJoin)
             || is_a(node, NodeTag::T_HashJoin)
         {
-            expressions.push((*plan.cast::<pg_sys::Join>()).joinqual.cast());
+            lists.push((*plan.cast::<pg_sys::Join>()).joinqual);
+            if is_a(node, NodeTag::T_MergeJoin) {
+                lists.push((*plan.cast::<pg_sys::MergeJoin>()).mergeclauses);
+            } else if is_a(node, NodeTag::T_HashJoin) {
+                let join = plan.cast::<pg_sys::HashJoin>();
+                lists.extend([(*join).hashclauses, (*join).hashkeys]);
+            }
+        } else if is_a(node, NodeTag::T_Hash) {
+            lists.push((*plan.cast::<pg_sys::Hash>()).hashkeys);
+        } else if is_a(node, NodeTag::T_Memoize) {
+            lists.push((*plan.cast::<pg_sys::Memoize>()).param_exprs);
+        } else if is_a(node, NodeTag::T_IndexScan) {
+            let scan = plan.cast::<pg_sys::IndexScan>();
+            lists.extend([
+                (*scan).indexqual,
+                (*scan).indexqualorig,
+                (*scan).indexorderby,
+                (*scan).indexorderbyorig,
+            ]);
+        } else if is_a(node, NodeTag::T_IndexOnlyScan) {
+            let scan = plan.cast::<pg_sys::IndexOnlyScan>();
+            lists.extend([
+                (*scan).indexqual,
+                (*scan).recheckqual,
+                (*scan).indexorderby,
+                (*scan).indextlist,
+            ]);
+        } else if is_a(node, NodeTag::T_BitmapIndexScan) {
+            let scan = plan.cast::<pg_sys::BitmapIndexScan>();
+            lists.extend([(*scan).indexqual, (*scan).indexqualorig]);
+        } else if is_a(node, NodeTag::T_BitmapHeapScan) {
+            lists.push((*plan.cast::<pg_sys::BitmapHeapScan>()).bitmapqualorig);
+        } else if is_a(node, NodeTag::T_TidScan) {
+            lists.push((*plan.cast::<pg_sys::TidScan>()).tidquals);
+        } else if is_a(node, NodeTag::T_TidRangeScan) {
+            lists.push((*plan.cast::<pg_sys::TidRangeScan>()).tidrangequals);
         } else if is_a(node, NodeTag::T_FunctionScan) {
             expressions.push((*plan.cast::<pg_sys::FunctionScan>()).functions.cast());
         } else if is_a(node, NodeTag::T_ValuesScan) {
@@ -343,16 +400,24 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
         } else if is_a(node, NodeTag::T_TableFuncScan) {
             expressions.push((*plan.cast::<pg_sys::TableFuncScan>()).tablefunc.cast());
         } else if is_a(node, NodeTag::T_ForeignScan) {
-            expressions.push((*plan.cast::<pg_sys::ForeignScan>()).fdw_exprs.cast());
+            let scan = plan.cast::<pg_sys::ForeignScan>();
+            lists.extend([
+                (*scan).fdw_exprs,
+                (*scan).fdw_scan_tlist,
+                (*scan).fdw_recheck_quals,
+            ]);
         } else if is_a(node, NodeTag::T_CustomScan) {
-            expressions.push((*plan.cast::<pg_sys::CustomScan>()).custom_exprs.cast());
+            let scan = plan.cast::<pg_sys::CustomScan>();
+            lists.extend([(*scan).custom_exprs, (*scan).custom_scan_tlist]);
         } else if is_a(node, NodeTag::T_Limit) {
             let limit = plan.cast::<pg_sys::Limit>();
             expressions.extend([(*limit).limitOffset, (*limit).limitCount]);
         } else if is_a(node, NodeTag::T_WindowAgg) {
             let window = plan.cast::<pg_sys::WindowAgg>();
             expressions.extend([(*window).startOffset, (*window).endOffset]);
+            lists.extend([(*window).runCondition, (*window).runConditionOrig]);
         }
+        expressions.extend(lists.into_iter().map(|list| list.cast::<pg_sys::Node>()));
         let context = (search as *mut Search).cast();
         expressions.into_iter().any(|e| walker(e, context))
             || children(plan, search.statement)
@@ -361,7 +426,8 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
     }
 }
 
-/// The plans a plan runs: its children, a subquery's, a CTE's, an Append's.
+/// The plans a plan runs: its children, a subquery's, a CTE's, an Append's, an Agg's
+/// chained phases.
 ///
 /// # Safety
 /// `plan` must be a Plan of `statement`.
@@ -392,6 +458,9 @@ unsafe fn children(
             (*plan.cast::<pg_sys::BitmapOr>()).bitmapplans
         } else if is_a(node, NodeTag::T_CustomScan) {
             (*plan.cast::<pg_sys::CustomScan>()).custom_plans
+        } else if is_a(node, NodeTag::T_Agg) {
+            // Grouping sets' other phases, run by this node.
+            (*plan.cast::<pg_sys::Agg>()).chain
         } else {
             std::ptr::null_mut()
         };
