@@ -656,7 +656,9 @@ assert_not_contains "$(grep -i "temporary file leak" "$CLUSTER/server.log" || tr
 # domain's check run by an input function, and an init-plan attached above the node
 # (ORDER BY in the view); in its third round, a domain's check in a hash key, an index
 # condition, a run condition, a function's column list, XMLTABLE's columns or a
-# multirange. A volatile function anywhere there is refused before any row,
+# multirange; in its fourth, a domain a function returns (OUT, RETURNS TABLE), an
+# aggregate's state of a domain, a ROW of a domain column. A volatile function anywhere
+# there is refused before any row,
 # charged nothing; above the view, and for a role without a budget, it is not.
 sql >/dev/null <<'SQL'
 CREATE SEQUENCE group_order;
@@ -674,6 +676,12 @@ CREATE TYPE ticked_range AS RANGE (subtype = ticked_int, multirange_type_name = 
 CREATE TABLE lookup (k int PRIMARY KEY, w int);
 INSERT INTO lookup SELECT i, i FROM generate_series(0, 49) i;
 ANALYZE numbered, lookup;
+CREATE FUNCTION ticked_pair_of(x int, OUT a ticked_int, OUT b int) LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN a := x; b := 1; END $$;
+CREATE FUNCTION ticked_rows(x int) RETURNS TABLE (a ticked_int, b int) LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN a := x; b := 1; RETURN NEXT; END $$;
+CREATE FUNCTION ticked_plus(s ticked_int, x int) RETURNS ticked_int LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(s, 0) + x $$;
+CREATE AGGREGATE ticked_sum(int) (sfunc = ticked_plus, stype = ticked_int);
+CREATE TABLE domain_column AS SELECT i AS v, (i % 10)::int AS d FROM generate_series(1, 1000) i;
+ALTER TABLE domain_column ALTER d TYPE ticked_int;
 CREATE VIEW v_numbered WITH (security_barrier) AS
   SELECT grp, nextval('group_order') AS n, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_timed WITH (security_barrier) AS
@@ -719,14 +727,25 @@ CREATE VIEW v_run_condition WITH (security_barrier) AS
     WHERE rn <= 900::ticked_int;
 CREATE VIEW v_multirange WITH (security_barrier) AS
   SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered WHERE ('{[' || v || ',' || (v + 1) || ')}')::ticked_multirange IS NOT NULL;
+CREATE VIEW v_out_parameter WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) FILTER (WHERE (ticked_pair_of(v)).b = 1) AS med FROM numbered WHERE v > 500;
+CREATE VIEW v_table_function WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered, ticked_rows(v) t WHERE v > 500;
+CREATE VIEW v_domain_state WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) AS med, ticked_sum(1) AS s FROM numbered WHERE v > 500;
+CREATE VIEW v_row_of_column WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) FILTER (WHERE jsonb_populate_record(ROW(d), jsonb_build_object('f1', v)) IS NOT NULL) AS med
+    FROM domain_column WHERE v > 500;
 CREATE VIEW v_jittered WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, dp_quantile(v + random() - 0.5, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 CREATE VIEW v_plain WITH (security_barrier) AS
   SELECT grp, upper(grp) AS name, now() AS at, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered GROUP BY grp;
 GRANT SELECT ON v_numbered, v_timed, v_counted_having, v_domain_having, v_direct_argument, v_final_function,
   v_subquery, v_labelled, v_counted_filter, v_counted_rows, v_window, v_domain_array, v_domain_record,
-  v_init_plan_above, v_column_list, v_xmltable, v_joined, v_run_condition, v_multirange, v_jittered, v_plain TO analyst;
+  v_init_plan_above, v_column_list, v_xmltable, v_joined, v_run_condition, v_multirange, v_out_parameter,
+  v_table_function, v_domain_state, v_row_of_column, v_jittered, v_plain TO analyst;
 GRANT USAGE ON SEQUENCE group_order TO analyst;
+SELECT setval('group_order', 1, false);
 SQL
 volatile() { echo "42501: role \"analyst\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function $1, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects"; }
 before="$(spent)"
@@ -739,6 +758,8 @@ for case in "v_numbered|nextval|nextval per group" "v_timed|clock_timestamp|cloc
     "v_domain_record|ticked|a domain's check in jsonb_populate_record" "v_init_plan_above|nextval|an init-plan attached above the node" \
     "v_column_list|ticked|a function's column list in FROM" "v_xmltable|ticked|XMLTABLE's columns" \
     "v_run_condition|ticked|a window's run condition" "v_multirange|ticked|a multirange of a domain" \
+    "v_out_parameter|ticked|a function's OUT parameter of a domain" "v_table_function|ticked|a function's result column of a domain" \
+    "v_domain_state|ticked|an aggregate's state of a domain" "v_row_of_column|ticked|a row of a domain column, populated" \
     "v_jittered|random|a DP call's argument, per row"; do
     IFS='|' read -r view function what <<<"$case"
     assert_eq "$(analyst -c "SELECT * FROM $view" 2>&1 | first_error)" "$(volatile "$function")" "$what"
@@ -764,6 +785,20 @@ assert_eq "$(sql -c "SELECT count(*) FROM v_numbered")" "10" "a role without a b
 # followed every reference (the third round).
 ctes="c1 AS MATERIALIZED (SELECT 1 AS x)"
 for level in $(seq 2 24); do ctes="$ctes, c$level AS MATERIALIZED (SELECT x FROM c$((level - 1)) UNION ALL SELECT x FROM c$((level - 1)))"; done
+# Ranges of ranges nest without end: 35,000 levels of the analyst's own temporary types
+# overflowed the stack of the search, and the server restarted (the fourth round).
+out="$(analyst -v ON_ERROR_STOP=0 2>&1 <<'SQL'
+CREATE TYPE pg_temp.r0 AS RANGE (subtype = int4);
+DO $$ BEGIN FOR i IN 1..35000 LOOP
+  EXECUTE format('CREATE TYPE pg_temp.r%s AS RANGE (subtype = pg_temp.r%s)', i, i - 1);
+  IF i % 1000 = 0 THEN COMMIT; END IF;
+END LOOP; END $$;
+SELECT dp_quantile(x::float8, 0.5, 0, 10, 0.1) FILTER (WHERE 'empty'::text::pg_temp.r35000 IS NOT NULL) FROM generate_series(1, 3) x;
+SELECT 'still here';
+SQL
+)"
+assert_eq "$(first_error <<<"$out")" "54001: stack depth limit exceeded" "35,000 nested ranges: an error, not a crash"
+assert_contains "$out" "still here" "the session goes on"
 assert_eq "$(analyst -c "SET statement_timeout = '5s'" -c "WITH $ctes SELECT dp_quantile(x::float8, 0.5, 0, 10, 0.1) IS NOT NULL FROM c24 WHERE x < 0" 2>&1)" "t" \
     "a CTE read 2^23 times: searched once"
 echo "side channels: ok"

@@ -35,6 +35,8 @@ struct Search {
     function: Option<String>,
     /// Types already searched for domains with volatile checks, and what was found.
     types: HashMap<Oid, bool>,
+    /// Functions whose result and OUT parameters' types were searched, and what was found.
+    function_types: HashMap<Oid, bool>,
     /// The statement's init-plans by the parameters they set, once a parameter is met;
     /// and the init-plans searched already.
     init_plans: Option<HashMap<i32, i32>>,
@@ -59,6 +61,7 @@ pub(super) unsafe fn volatile_call(
             extension: pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true),
             function: None,
             types: HashMap::new(),
+            function_types: HashMap::new(),
             init_plans: None,
             searched_plans: HashSet::new(),
         };
@@ -74,10 +77,13 @@ pub(super) unsafe fn volatile_call(
 unsafe fn note_volatile(function: Oid, context: *mut c_void) -> bool {
     // SAFETY: as the caller guarantees.
     unsafe {
-        if function == pg_sys::InvalidOid
-            || pg_sys::func_volatile(function) as u8 != pg_sys::PROVOLATILE_VOLATILE
-        {
+        if function == pg_sys::InvalidOid {
             return false;
+        }
+        if pg_sys::func_volatile(function) as u8 != pg_sys::PROVOLATILE_VOLATILE {
+            // A function that returns a domain, or has an OUT parameter of one, checks
+            // what it returns (each call of an aggregate's transition function, too).
+            return function_types_are_volatile(function, context);
         }
         let search = &mut *(context as *mut Search);
         if pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, function) == search.extension {
@@ -90,6 +96,115 @@ unsafe fn note_volatile(function: Oid, context: *mut c_void) -> bool {
             CStr::from_ptr(name).to_string_lossy().into_owned()
         });
         true
+    }
+}
+
+/// Whether a function's result type or an OUT parameter's type holds a domain with a
+/// volatile check.
+///
+/// # Safety
+/// As for [`note_volatile`].
+unsafe fn function_types_are_volatile(function: Oid, context: *mut c_void) -> bool {
+    // SAFETY: the pg_proc tuple is released before returning; proallargtypes is an oid[]
+    // without NULLs, detoasted before it is read.
+    unsafe {
+        if let Some(&found) = (*(context as *mut Search)).function_types.get(&function) {
+            return found;
+        }
+        (*(context as *mut Search))
+            .function_types
+            .insert(function, false);
+        let mut types = vec![pg_sys::get_func_rettype(function)];
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::PROCOID as _,
+            pg_sys::Datum::from(function),
+        );
+        if !tuple.is_null() {
+            let mut is_null = false;
+            let datum = pg_sys::SysCacheGetAttr(
+                pg_sys::SysCacheIdentifier::PROCOID as _,
+                tuple,
+                pg_sys::Anum_pg_proc_proallargtypes as _,
+                &mut is_null,
+            );
+            if !is_null {
+                let array =
+                    pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::ArrayType>();
+                let (mut elements, mut count) = (std::ptr::null_mut(), 0);
+                pg_sys::deconstruct_array(
+                    array,
+                    pg_sys::OIDOID,
+                    4,
+                    true,
+                    pg_sys::TYPALIGN_INT as std::ffi::c_char,
+                    &mut elements,
+                    std::ptr::null_mut(),
+                    &mut count,
+                );
+                for at in 0..count.max(0) as usize {
+                    types.push(Oid::from((*elements.add(at)).value() as u32));
+                }
+            }
+            pg_sys::ReleaseSysCache(tuple);
+        }
+        let found = types
+            .into_iter()
+            .any(|type_oid| type_is_volatile(type_oid, context));
+        (*(context as *mut Search))
+            .function_types
+            .insert(function, found);
+        found
+    }
+}
+
+/// The types of a row type's fields; its descriptor (reference-counted, from the type
+/// cache) is released before the fields are searched, which may look up other row types.
+///
+/// # Safety
+/// `descriptor` must be a reference-counted descriptor from the type cache.
+unsafe fn field_types(descriptor: pg_sys::TupleDesc) -> Vec<Oid> {
+    // SAFETY: as the caller guarantees; PgTupleDesc releases it when dropped.
+    let descriptor = unsafe { pgrx::PgTupleDesc::from_pg(descriptor) };
+    descriptor
+        .iter()
+        .filter(|attribute| !attribute.attisdropped)
+        .map(|attribute| attribute.atttypid)
+        .collect()
+}
+
+/// Whether an expression's value holds a domain with a volatile check: by its type, and
+/// for an anonymous record (`ROW(column)`, a blessed row type) by its fields' types.
+///
+/// # Safety
+/// As for [`note_volatile`]; `node` must be an expression.
+unsafe fn expression_type_is_volatile(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    // SAFETY: a row expression's arguments are expressions; a blessed record type's
+    // descriptor is reference-counted and released when dropped.
+    unsafe {
+        if is_a(node, NodeTag::T_RowExpr) {
+            let fields = PgList::<pg_sys::Node>::from_pg((*node.cast::<pg_sys::RowExpr>()).args);
+            if fields
+                .iter_ptr()
+                .any(|field| type_is_volatile(pg_sys::exprType(field), context))
+            {
+                return true;
+            }
+        }
+        let type_oid = pg_sys::exprType(node);
+        if type_oid == pg_sys::RECORDOID {
+            let modifier = pg_sys::exprTypmod(node);
+            let descriptor = if modifier >= 0 {
+                pg_sys::lookup_rowtype_tupdesc_noerror(type_oid, modifier, true)
+            } else {
+                std::ptr::null_mut()
+            };
+            if !descriptor.is_null() {
+                return field_types(descriptor)
+                    .into_iter()
+                    .any(|field| type_is_volatile(field, context));
+            }
+        }
+        type_is_volatile(type_oid, context)
     }
 }
 
@@ -146,6 +261,9 @@ unsafe fn type_is_volatile(type_oid: Oid, context: *mut c_void) -> bool {
     // (its callback) when reset; its constraints' expressions are planned expressions;
     // the row type's descriptor is reference-counted and released when dropped.
     unsafe {
+        // Ranges of ranges nest without end (35,000 levels of an analyst's temporary
+        // types overflowed the stack: the red team's fourth round).
+        pg_sys::check_stack_depth();
         let search = &mut *(context as *mut Search);
         if let Some(&found) = search.types.get(&type_oid) {
             return found;
@@ -168,15 +286,7 @@ unsafe fn type_is_volatile(type_oid: Oid, context: *mut c_void) -> bool {
             };
             constraints || type_is_volatile(pg_sys::getBaseType(type_oid), context)
         } else if kind == pg_sys::TYPTYPE_COMPOSITE {
-            let descriptor =
-                pgrx::PgTupleDesc::from_pg(pg_sys::lookup_rowtype_tupdesc(type_oid, -1));
-            let fields: Vec<Oid> = descriptor
-                .iter()
-                .filter(|attribute| !attribute.attisdropped)
-                .map(|attribute| attribute.atttypid)
-                .collect();
-            drop(descriptor);
-            fields
+            field_types(pg_sys::lookup_rowtype_tupdesc(type_oid, -1))
                 .into_iter()
                 .any(|field| type_is_volatile(field, context))
         } else if kind == pg_sys::TYPTYPE_RANGE {
@@ -240,6 +350,7 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
         if node.is_null() {
             return false;
         }
+        pg_sys::check_stack_depth();
         if is_a(node, NodeTag::T_Aggref) {
             // A DP call, or Citus's combine of one on the coordinator.
             let aggref = node.cast::<pg_sys::Aggref>();
@@ -275,7 +386,7 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
             NodeTag::T_SubscriptingRef,
         ];
         if makes_values.iter().any(|&tag| is_a(node, tag))
-            && type_is_volatile(pg_sys::exprType(node), context)
+            && expression_type_is_volatile(node, context)
         {
             return true;
         }
@@ -339,6 +450,7 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
             return false;
         }
         pgrx::check_for_interrupts!();
+        pg_sys::check_stack_depth();
         let node = plan.cast::<pg_sys::Node>();
         let mut expressions: Vec<*mut pg_sys::Node> = vec![
             (*plan).targetlist.cast(),
