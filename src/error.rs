@@ -89,6 +89,9 @@ pub enum Error {
     /// by a role with a budget.
     #[error("role \"{role}\", which has a privacy budget, cannot run a differentially private aggregation that calls volatile function {function}, itself or in the rows under it: it runs once per row or per group, where its side effects and its values follow the rows; take it out of the view, or declare the function STABLE if it has no side effects")]
     VolatileCall { role: String, function: String },
+    /// A DP aggregate run once per row or group of a DP node, by a role with a budget.
+    #[error("role \"{role}\", which has a privacy budget, cannot run {aggregate} once per row or per group of another differentially private aggregation (a correlated subquery, a nested loop's inner side): each run is charged, and the charges would count the rows; compute it once, in an uncorrelated subquery, or outside the view")]
+    NestedAggregate { role: String, aggregate: String },
     /// A view with DP aggregates that is not a security barrier, read by a role with a
     /// budget.
     #[error("view \"{view}\" is refused: {reason}")]
@@ -204,6 +207,7 @@ impl Error {
             | Error::ExplainAnalyzeRefused { .. }
             | Error::WindowRefused { .. }
             | Error::VolatileCall { .. }
+            | Error::NestedAggregate { .. }
             | Error::NotBudgetAdministrator { .. } => "42501",
             // read_only_sql_transaction, as PostgreSQL's own refusals during recovery
             Error::OnStandby { .. } => "25006",

@@ -780,6 +780,32 @@ assert_eq "$(analyst -c "SELECT count(*) FROM v_labelled")" "10" "the function d
 assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT name) FROM v_plain")" "10|10" "stable and immutable functions per group"
 assert_eq "$(analyst -c "SELECT count(*), count(DISTINCT n) FROM (SELECT nextval('group_order') AS n, random() AS r FROM v_plain ORDER BY r) q")" "10|10" "volatile above the view"
 assert_eq "$(sql -c "SELECT count(*) FROM v_numbered")" "10" "a role without a budget: answered"
+# A DP aggregate run once per row or group of a DP node is charged at each run: a
+# correlated subquery's (in HAVING: once per group, withheld ones too) or a LATERAL's
+# charges counted the rows or groups that drove it, exactly (the red team's fifth round).
+sql >/dev/null <<'SQL'
+CREATE VIEW v_nested_having WITH (security_barrier) AS
+  SELECT grp, dp_quantile(v, 0.5, 0, 1000, 0.1) AS med FROM numbered n GROUP BY grp
+    HAVING dp_partition(0.1, 1e-6) AND (SELECT dp_quantile(m.v, 0.5, 0, 1000, 0.001) FROM numbered m WHERE m.grp = n.grp) IS NOT NULL;
+CREATE VIEW v_nested_row WITH (security_barrier) AS
+  SELECT dp_quantile(n.v, 0.5, 0, 1000, 0.1) AS med FROM numbered n
+    WHERE n.v > 990 AND (SELECT dp_quantile(m.v + n.v, 0.5, 0, 2000, 0.001) FROM numbered m WHERE m.v = 1) IS NOT NULL;
+CREATE VIEW v_nested_lateral WITH (security_barrier) AS
+  SELECT dp_quantile(n.v, 0.5, 0, 1000, 0.1) AS med
+    FROM numbered n, LATERAL (SELECT dp_quantile(m.v + n.v, 0.5, 0, 2000, 0.001) AS q FROM numbered m WHERE m.v = 1) s WHERE n.v > 990;
+CREATE VIEW v_bounded_once WITH (security_barrier) AS
+  SELECT dp_quantile(v, 0.5, 0, 1000, 0.1) FILTER (WHERE v < (SELECT dp_quantile(m.v, 0.9, 0, 1000, 0.1) FROM numbered m)) AS med FROM numbered;
+GRANT SELECT ON v_nested_having, v_nested_row, v_nested_lateral, v_bounded_once TO analyst;
+SQL
+nested() { echo "42501: role \"analyst\", which has a privacy budget, cannot run dp_quantile once per row or per group of another differentially private aggregation (a correlated subquery, a nested loop's inner side): each run is charged, and the charges would count the rows; compute it once, in an uncorrelated subquery, or outside the view"; }
+before="$(spent)"
+for view in v_nested_having v_nested_row v_nested_lateral; do
+    assert_eq "$(analyst -c "SELECT * FROM $view" 2>&1 | first_error)" "$(nested)" "$view: a DP aggregate per row or group of another"
+done
+assert_eq "$(spent)" "$before" "nested DP aggregates: charged nothing"
+assert_eq "$(analyst -c "SELECT count(*) FROM v_bounded_once")" "1" "a DP bound computed once (an init-plan): answered"
+assert_eq "$(sql -c "SELECT round(($(spent) - $before)::numeric, 6)")" "0.200000" "and charged once for each call"
+assert_eq "$(analyst -c "SELECT dp_argmax(grp, 1, 0.1) IS NOT NULL FROM v_plain")" "t" "a DP aggregate over a DP view's groups: answered"
 # The search reads each plan once: a CTE that 24 levels read twice each took 16 s (and
 # 2 minutes at 27, deaf to statement_timeout and pg_terminate_backend) while the search
 # followed every reference (the third round).

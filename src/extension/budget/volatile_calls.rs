@@ -31,8 +31,13 @@ struct Search {
     statement: *mut pg_sys::PlannedStmt,
     /// This extension, whose own functions pass.
     extension: Oid,
-    /// The volatile function found (`nextval` for an identity column's NextValueExpr).
+    /// The volatile function found (`nextval` for an identity column's NextValueExpr), or
+    /// the DP aggregate found running once per row or group of the node.
     function: Option<String>,
+    nested: Option<&'static str>,
+    /// How many of the enclosing plans run once per row or group (a correlated subquery,
+    /// a nested loop's inner side, a recursive union's recursive side).
+    looping: u32,
     /// Types already searched for domains with volatile checks, and what was found.
     types: HashMap<Oid, bool>,
     /// Functions whose result and OUT parameters' types were searched, and what was found.
@@ -42,31 +47,47 @@ struct Search {
     init_plans: Option<HashMap<i32, i32>>,
     /// Plans searched already (a CTE or a subplan read many times is searched once: its
     /// references may double at every level of a query).
-    searched_plans: HashSet<usize>,
+    searched_plans: HashSet<(usize, bool)>,
+}
+
+/// What a DP node, or the plan under it, runs once per row or group that it must not.
+pub(super) enum PerRowCall {
+    /// A volatile function.
+    Volatile(String),
+    /// A DP aggregate in a correlated subquery or a nested loop's inner side: each run is
+    /// charged, and the charges would count the rows or groups that drive it (the red
+    /// team's fifth round).
+    NestedAggregate(&'static str),
 }
 
 /// The first volatile function that `plan` (a node finalizing DP aggregates) or a node
-/// under it calls.
+/// under it calls, or a DP aggregate that it runs once per row or group.
 ///
 /// # Safety
 /// `plan` must be a Plan of `statement`, a valid planned statement, in a transaction.
 pub(super) unsafe fn volatile_call(
     plan: *mut pg_sys::Plan,
     statement: *mut pg_sys::PlannedStmt,
-) -> Option<String> {
+) -> Option<PerRowCall> {
     // SAFETY: as the caller guarantees.
     unsafe {
         let mut search = Search {
             statement,
             extension: pg_sys::get_extension_oid(c"pg_exp_mech".as_ptr(), true),
             function: None,
+            nested: None,
+            looping: 0,
             types: HashMap::new(),
             function_types: HashMap::new(),
             init_plans: None,
             searched_plans: HashSet::new(),
         };
         plan_calls(plan, &mut search);
-        search.function
+        match (search.nested, search.function) {
+            (Some(aggregate), _) => Some(PerRowCall::NestedAggregate(aggregate)),
+            (None, Some(function)) => Some(PerRowCall::Volatile(function)),
+            (None, None) => None,
+        }
     }
 }
 
@@ -354,8 +375,15 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
         if is_a(node, NodeTag::T_Aggref) {
             // A DP call, or Citus's combine of one on the coordinator.
             let aggref = node.cast::<pg_sys::Aggref>();
-            let dp = dp_aggregate((*aggref).aggfnoid).is_some()
-                || crate::extension::citus::combined_function(aggref).is_some();
+            let dp = dp_aggregate((*aggref).aggfnoid).or_else(|| {
+                crate::extension::citus::combined_function(aggref).and_then(dp_aggregate)
+            });
+            let search = &mut *(context as *mut Search);
+            if let (Some(aggregate), true) = (dp, search.looping > 0) {
+                search.nested = Some(aggregate.name);
+                return true;
+            }
+            let dp = dp.is_some();
             if !dp && aggregate_is_volatile((*aggref).aggfnoid, context) {
                 return true;
             }
@@ -416,8 +444,14 @@ unsafe extern "C-unwind" fn walker(node: *mut pg_sys::Node, context: *mut c_void
         }
         let search = &mut *(context as *mut Search);
         if is_a(node, NodeTag::T_SubPlan) {
-            let id = (*node.cast::<pg_sys::SubPlan>()).plan_id;
-            if plan_calls(subplan(search.statement, id), search) {
+            let sub = node.cast::<pg_sys::SubPlan>();
+            // An init-plan sets parameters, once per loop of its node; any other subplan
+            // runs once per row or group that reaches it.
+            let looping = (*sub).setParam.is_null() as u32;
+            search.looping += looping;
+            let found = plan_calls(subplan(search.statement, (*sub).plan_id), search);
+            search.looping -= looping;
+            if found {
                 return true;
             }
         }
@@ -446,7 +480,11 @@ unsafe fn subplan(statement: *mut pg_sys::PlannedStmt, id: i32) -> *mut pg_sys::
 unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
     // SAFETY: nodes are cast after their tags are checked; their fields hold expressions.
     unsafe {
-        if plan.is_null() || !search.searched_plans.insert(plan as usize) {
+        if plan.is_null()
+            || !search
+                .searched_plans
+                .insert((plan as usize, search.looping > 0))
+        {
             return false;
         }
         pgrx::check_for_interrupts!();
@@ -531,10 +569,20 @@ unsafe fn plan_calls(plan: *mut pg_sys::Plan, search: &mut Search) -> bool {
         }
         expressions.extend(lists.into_iter().map(|list| list.cast::<pg_sys::Node>()));
         let context = (search as *mut Search).cast();
-        expressions.into_iter().any(|e| walker(e, context))
-            || children(plan, search.statement)
-                .into_iter()
-                .any(|child| plan_calls(child, search))
+        if expressions.into_iter().any(|e| walker(e, context)) {
+            return true;
+        }
+        // A nested loop runs its inner side once per outer row, a recursive union its
+        // recursive side once per round.
+        let rescanned = (is_a(node, NodeTag::T_NestLoop) || is_a(node, NodeTag::T_RecursiveUnion))
+            .then(|| (*plan).righttree);
+        children(plan, search.statement).into_iter().any(|child| {
+            let looping = (Some(child) == rescanned) as u32;
+            search.looping += looping;
+            let found = plan_calls(child, search);
+            search.looping -= looping;
+            found
+        })
     }
 }
 

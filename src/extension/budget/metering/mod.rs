@@ -27,7 +27,7 @@ use super::held_groups::{may_stream, HeldGroups};
 use super::identity::{dp_aggregate, forget_identities};
 use super::late_start;
 use super::statistics::{below_dp_nodes, count_again, is_silenced, Silence};
-use super::volatile_calls::volatile_call;
+use super::volatile_calls::{volatile_call, PerRowCall};
 use crate::error::Error;
 use crate::extension::arguments::Argument;
 use crate::extension::forms::Aggregate;
@@ -179,7 +179,7 @@ struct Found {
     /// A DP aggregate used as a window function.
     window: Option<&'static str>,
     /// A volatile function a DP node or the plan under it calls (volatile_calls.rs).
-    volatile_call: Option<String>,
+    volatile_call: Option<PerRowCall>,
     /// The addresses registered for this query, removed when its memory goes (None: no
     /// DP aggregate, nothing metered).
     registered: Option<*mut Registered>,
@@ -269,11 +269,16 @@ unsafe fn meter(query: *mut pg_sys::QueryDesc) {
                     aggregate: aggregate.into(),
                 });
             }
-            if let Some(function) = found.volatile_call.take() {
-                raise(Error::VolatileCall {
+            match found.volatile_call.take() {
+                Some(PerRowCall::Volatile(function)) => raise(Error::VolatileCall {
                     role: role_name(session_role()),
                     function,
-                });
+                }),
+                Some(PerRowCall::NestedAggregate(aggregate)) => raise(Error::NestedAggregate {
+                    role: role_name(session_role()),
+                    aggregate: aggregate.into(),
+                }),
+                None => {}
             }
         }
         charge(&found.releases);
