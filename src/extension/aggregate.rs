@@ -2,7 +2,7 @@
 //! transition, final, combine, serialize and deserialize steps, written once over the
 //! [`State`] each family implements.
 
-use super::arguments::{aggregate_argument, return_internal, Argument, CallArguments};
+use super::arguments::{aggregate_argument, Argument, CallArguments};
 use super::budget::require_metered;
 use super::forms::{Aggregate, Form};
 use super::memory::move_into;
@@ -105,6 +105,51 @@ pub trait State: Sized {
 
     /// A state rebuilt from [`State::to_bytes`], in `memory`.
     fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self;
+
+    /// The state an `internal` datum of this family stands for: a datum that
+    /// [`State::datum_of`] gave, or one a transition then returned (by default the state's
+    /// address). It may reorganise the state, never change what it counts, so that a
+    /// final function may read it.
+    ///
+    /// # Safety
+    /// `datum` must be such a datum, of a state that outlives `'a`, with no other
+    /// reference to the state in use.
+    #[inline]
+    unsafe fn of_datum<'a>(datum: Datum) -> &'a mut Self {
+        // SAFETY: as the caller guarantees, the datum is the state's address.
+        unsafe { &mut *datum.cast_mut_ptr::<Self>() }
+    }
+
+    /// The datum a transition or combine returns for `state`, which [`State::of_datum`]
+    /// gave or [`State::placed`] set up.
+    ///
+    /// # Safety
+    /// `state` must lie in a memory context (placed), as [`state_in`] leaves it.
+    #[inline]
+    unsafe fn datum_of(state: &mut Self) -> Datum {
+        Datum::from(state as *mut Self)
+    }
+
+    /// Where a transition or combine makes a new state, given the aggregate's memory
+    /// context (by default there).
+    ///
+    /// # Safety
+    /// `fcinfo` must be this family's transition or combine call info, and `memory` the
+    /// aggregate's context of that call.
+    #[inline]
+    unsafe fn state_memory(
+        _fcinfo: pg_sys::FunctionCallInfo,
+        memory: MemoryContext,
+    ) -> MemoryContext {
+        memory
+    }
+
+    /// Sets up a state just moved to its place in `memory`, before its first datum.
+    ///
+    /// # Safety
+    /// `state` must lie in `memory` for as long as the context lives.
+    #[inline]
+    unsafe fn placed(_state: &mut Self, _memory: MemoryContext) {}
 }
 
 /// The transition function of every form of `aggregate`: (state, row values,
@@ -119,24 +164,21 @@ pub unsafe fn transition<S: State>(
 ) -> Datum {
     // SAFETY: the caller passes the transition function's own call info.
     let call = unsafe { CallArguments::new(fcinfo) };
-    let mut state = Internal::from(call.datum(0));
     // Later rows are not read for parameters: the metering hook refused, before any row,
     // every parameter that could differ between the rows of a loop (budget/cost.rs),
     // and a node it did not meter answers nothing (final_state). So a row costs its
     // values only.
-    // SAFETY: the state argument is NULL or the state this function returned before,
-    // of type S (each aggregate has one state family).
-    if unsafe { state.get::<S>() }.is_none() {
+    let state = match call.datum(0) {
+        // SAFETY: the state argument is NULL or the datum this function returned before,
+        // of a state of type S (each aggregate has one state family).
+        Some(datum) => unsafe { S::of_datum(datum) },
         // SAFETY: as the caller guarantees.
-        unsafe { first_state::<S>(fcinfo, aggregate, &call, &mut state) };
-    }
-    // SAFETY: the state was just checked or made, of type S.
+        None => unsafe { first_state::<S>(fcinfo, aggregate, &call) },
+    };
+    // SAFETY: the state was just found or made, of type S, in its memory context.
     unsafe {
-        state
-            .get_mut::<S>()
-            .expect("the state exists")
-            .add_row(&call);
-        return_internal(fcinfo, state)
+        state.add_row(&call);
+        S::datum_of(state)
     }
 }
 
@@ -147,33 +189,36 @@ pub unsafe fn transition<S: State>(
 /// As for [`transition`]; `call` reads `fcinfo`, and `state` is its NULL state.
 #[cold]
 #[inline(never)]
-unsafe fn first_state<S: State>(
+unsafe fn first_state<'a, S: State>(
     fcinfo: pg_sys::FunctionCallInfo,
     aggregate: &Aggregate,
     call: &CallArguments,
-    state: &mut Internal,
-) {
+) -> &'a mut S {
     let form = aggregate.form(call.count() - 1);
     let arguments = S::read(form, &Row(call)).expect("a row knows its arguments");
     // SAFETY: a transition's call info (the caller's contract); the new state lives in
     // the aggregate's memory context.
     unsafe {
-        let memory = aggregate_memory(fcinfo, S::TRANSITION);
+        let memory = S::state_memory(fcinfo, aggregate_memory(fcinfo, S::TRANSITION));
         let first = PgMemoryContexts::For(memory)
             .switch_to(|_| S::first(fcinfo, form, &arguments, memory).or_raise());
-        *state = state_in(memory, first.expect("a row knows its arguments"));
+        state_in(memory, first.expect("a row knows its arguments"))
     }
 }
 
-/// A state as an `internal` datum, in `memory` (the aggregate's context, or the one
-/// PostgreSQL expects a deserialized state in), dropped when that context is reset.
+/// A state moved into `memory` (the aggregate's context, or the one PostgreSQL expects
+/// a deserialized state in), dropped when that context is reset, and set up for its
+/// datum ([`State::placed`]).
 ///
 /// # Safety
 /// `memory` must be a valid memory context that outlives every use of the state.
-unsafe fn state_in<S: State>(memory: MemoryContext, state: S) -> Internal {
-    // SAFETY: as the caller guarantees.
-    let state = unsafe { move_into(memory, state) };
-    Internal::from(Some(Datum::from(state.as_ptr())))
+unsafe fn state_in<'a, S: State>(memory: MemoryContext, state: S) -> &'a mut S {
+    // SAFETY: as the caller guarantees; the state is ours until its context goes.
+    unsafe {
+        let state = &mut *move_into(memory, state).as_ptr();
+        S::placed(state, memory);
+        state
+    }
 }
 
 /// What a final function samples from.
@@ -205,15 +250,17 @@ impl<S> std::ops::Deref for FinalState<'_, S> {
 /// `fcinfo` must be the call info of `aggregate`'s final function, and `state` its state.
 pub unsafe fn final_state<'a, S: State>(
     fcinfo: pg_sys::FunctionCallInfo,
-    state: &'a Internal,
+    state: Option<Datum>,
     aggregate: &Aggregate,
     arity: usize,
 ) -> Option<FinalState<'a, S>> {
     // SAFETY: as above.
     unsafe { require_metered(fcinfo) };
     let form = aggregate.form(arity);
-    // SAFETY: the state is NULL or this family's, as the caller guarantees.
-    let final_state = match unsafe { state.get::<S>() } {
+    // SAFETY: the state is NULL or this family's, as the caller guarantees; the final
+    // function holds the only reference to it, which lives through the call.
+    let rows = state.map(|datum| unsafe { S::of_datum::<'a>(datum) });
+    let final_state = match rows {
         Some(rows) => FinalState::Rows(rows),
         None => {
             let arguments = S::read(form, &Call(fcinfo))?;
@@ -253,29 +300,35 @@ pub unsafe fn final_state<'a, S: State>(
 /// NULL or of type S.
 pub unsafe fn combine<S: State>(
     fcinfo: pg_sys::FunctionCallInfo,
-    mut first: Internal,
+    first: Internal,
     second: Internal,
 ) -> Internal {
     // SAFETY: as the caller guarantees.
     unsafe {
-        let memory = aggregate_memory(fcinfo, S::COMBINE);
-        let Some(other) = second.get::<S>() else {
+        let memory = S::state_memory(fcinfo, aggregate_memory(fcinfo, S::COMBINE));
+        let Some(other) = second.unwrap().map(|datum| S::of_datum::<'_>(datum)) else {
             return first;
         };
-        if let Some(state) = first.get::<S>() {
-            if state.parameters() != other.parameters() {
-                raise(Error::ParameterChanged {
-                    name: "the parameters",
-                    first: format!("{:?}", state.parameters()),
-                    now: format!("{:?}", other.parameters()),
-                });
+        let state = match first.unwrap() {
+            Some(datum) => {
+                let state = S::of_datum(datum);
+                if state.parameters() != other.parameters() {
+                    raise(Error::ParameterChanged {
+                        name: "the parameters",
+                        first: format!("{:?}", state.parameters()),
+                        now: format!("{:?}", other.parameters()),
+                    });
+                }
+                state
             }
-        } else {
-            let empty = PgMemoryContexts::For(memory).switch_to(|_| S::empty_like(other, memory));
-            first = state_in(memory, empty);
-        }
-        first.get_mut::<S>().expect("the state exists").merge(other);
-        first
+            None => {
+                let empty =
+                    PgMemoryContexts::For(memory).switch_to(|_| S::empty_like(other, memory));
+                state_in(memory, empty)
+            }
+        };
+        state.merge(other);
+        Internal::from(Some(S::datum_of(state)))
     }
 }
 
@@ -288,10 +341,10 @@ pub unsafe fn serialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, state: Inter
     // SAFETY: as the caller guarantees.
     unsafe {
         require_serializing(fcinfo, S::SERIALIZE);
-        state
-            .get::<S>()
-            .expect("the serialize function is strict in its state")
-            .to_bytes()
+        let datum = state
+            .unwrap()
+            .expect("the serialize function is strict in its state");
+        S::of_datum(datum).to_bytes()
     }
 }
 
@@ -319,7 +372,10 @@ pub unsafe fn deserialize<S: State>(fcinfo: pg_sys::FunctionCallInfo, bytes: &[u
     // SAFETY: the current memory context is where PostgreSQL expects the result.
     let memory = unsafe { pg_sys::CurrentMemoryContext };
     // SAFETY: that context holds the result as long as PostgreSQL uses it.
-    unsafe { state_in(memory, S::from_bytes(bytes, memory)) }
+    unsafe {
+        let state = state_in(memory, S::from_bytes(bytes, memory));
+        Internal::from(Some(S::datum_of(state)))
+    }
 }
 
 /// The aggregate's memory context; an error when not called by an aggregate.

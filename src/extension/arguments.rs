@@ -218,15 +218,6 @@ macro_rules! version_1_function_record {
     };
 }
 
-/// Returns an Internal state from a version-1 function.
-///
-/// # Safety
-/// `fcinfo` must be the valid call info of the function being run.
-pub unsafe fn return_internal(fcinfo: pg_sys::FunctionCallInfo, state: pgrx::Internal) -> Datum {
-    // SAFETY: as the caller guarantees.
-    unsafe { return_datum(fcinfo, state.unwrap()) }
-}
-
 /// Returns a datum, or SQL NULL, from a version-1 function.
 ///
 /// # Safety

@@ -506,8 +506,7 @@ pub unsafe fn final_function(
     // of the aggregate after the state.
     unsafe {
         let call = CallArguments::new(fcinfo);
-        let state = Internal::from(call.datum(0));
-        let answer = final_state::<ItemScores>(fcinfo, &state, aggregate, call.count() - 1)
+        let answer = final_state::<ItemScores>(fcinfo, call.datum(0), aggregate, call.count() - 1)
             .and_then(|scores| mechanism(&scores));
         return_datum(fcinfo, answer)
     }

@@ -137,3 +137,33 @@ pub unsafe fn move_into<T>(memory: pg_sys::MemoryContext, value: T) -> NonNull<T
         NonNull::new_unchecked(value_at)
     }
 }
+
+/// The child of `parent` named `name` (the same pointer), made if there is none yet: a
+/// context of the aggregate's own for what the extension keeps there (its blocks apart
+/// from PostgreSQL's, still counted in the parent's memory and freed with it: a parent's
+/// reset deletes its children).
+///
+/// # Safety
+/// `parent` must be a valid memory context; `name` lives for the process.
+pub unsafe fn child_context(
+    parent: pg_sys::MemoryContext,
+    name: &'static std::ffi::CStr,
+) -> pg_sys::MemoryContext {
+    // SAFETY: a valid context's children form a list of valid contexts.
+    unsafe {
+        let mut child = (*parent).firstchild;
+        while !child.is_null() {
+            if std::ptr::eq((*child).name, name.as_ptr()) {
+                return child;
+            }
+            child = (*child).nextchild;
+        }
+        pg_sys::AllocSetContextCreateInternal(
+            parent,
+            name.as_ptr(),
+            pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
+            pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
+            pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+        )
+    }
+}

@@ -7,7 +7,8 @@
 //!
 //! It prints nanoseconds per row (the median of 5 runs) for locating and counting float
 //! and integer values in one group, and in 10,000 groups of 1,000 values and of 200 (rows
-//! arriving round-robin, as `i % 10000` groups do in `make bench`) and in 9,000 groups of
+//! arriving round-robin, as `i % 10000` groups do in `make bench`, and in a random order)
+//! and in 9,000 groups of
 //! 1,100 (counted and listed), then the cost per group of a merge (a parallel plan's
 //! combine) and of a draw (over 1,000 values and over 200, with what the latter reads:
 //! its listing, its runs, its words of ChaCha20).
@@ -37,11 +38,47 @@ fn median_ns(per: usize, mut run: impl FnMut()) -> f64 {
     times[2]
 }
 
-/// A row counted as the transition counts it: in place when it can, else by `add`.
-#[inline(always)]
-fn count_row(counts: &mut GridCounts, place: Place) {
-    if !counts.add_in_place(place) {
-        counts.add(place);
+/// Places an inbox holds (extension/quantile/inbox.rs: INBOX_CELLS).
+const INBOX_CELLS: usize = 62;
+
+/// Groups counted as the transition counts them (extension/quantile/inbox.rs): a row
+/// writes its place in its group's inbox at the slot its group's datum names (the datum
+/// kept apart, as PostgreSQL keeps it in its own per-group array); a full inbox is
+/// counted into the group's counts at once.
+struct Inboxed {
+    slots: Vec<usize>,
+    inboxes: Vec<[u32; INBOX_CELLS]>,
+    counts: Vec<GridCounts>,
+}
+
+impl Inboxed {
+    fn new(groups: usize, grid_size: u32) -> Self {
+        Self {
+            slots: vec![0; groups],
+            inboxes: vec![[0; INBOX_CELLS]; groups],
+            counts: (0..groups).map(|_| GridCounts::new(grid_size)).collect(),
+        }
+    }
+
+    #[inline(always)]
+    fn count_row(&mut self, group: usize, place: Place) {
+        let slot = self.slots[group];
+        if slot == INBOX_CELLS {
+            self.counts[group].add_half_cells(&self.inboxes[group]);
+            self.inboxes[group][0] = place.half_cell() as u32;
+            self.slots[group] = 1;
+        } else {
+            self.inboxes[group][slot] = place.half_cell() as u32;
+            self.slots[group] = slot + 1;
+        }
+    }
+
+    /// Every group's counts, its inbox counted first (as a final function does).
+    fn counted(mut self) -> Vec<GridCounts> {
+        for (group, counts) in self.counts.iter_mut().enumerate() {
+            counts.add_half_cells(&self.inboxes[group][..self.slots[group]]);
+        }
+        self.counts
     }
 }
 
@@ -60,11 +97,11 @@ fn per_row_speed() {
     let integer_grid = IntegerGrid::new(0, 1_000_000, K);
 
     let float_one = median_ns(ROWS, || {
-        let mut counts = GridCounts::new(K);
+        let mut group = Inboxed::new(1, K);
         for &value in &floats {
-            count_row(&mut counts, locator.locate(value));
+            group.count_row(0, locator.locate(value));
         }
-        black_box(counts.total());
+        black_box(group.counted()[0].total());
     });
     let locate_only = median_ns(ROWS, || {
         let mut sum = 0u64;
@@ -74,45 +111,54 @@ fn per_row_speed() {
         black_box(sum);
     });
     let integer_one = median_ns(ROWS, || {
-        let mut counts = GridCounts::new(integer_grid.size);
+        let mut group = Inboxed::new(1, integer_grid.size);
         for &value in &integers {
-            count_row(&mut counts, integer_grid.locate(value));
+            group.count_row(0, integer_grid.locate(value));
         }
-        black_box(counts.total());
+        black_box(group.counted()[0].total());
     });
     let float_grouped = median_ns(ROWS, || {
-        let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+        let mut groups = Inboxed::new(GROUPS, K);
         for (i, &value) in floats.iter().enumerate() {
-            count_row(&mut groups[i % GROUPS], locator.locate(value));
+            groups.count_row(i % GROUPS, locator.locate(value));
         }
-        black_box(groups.len());
+        black_box(groups.counted().len());
+    });
+    // Groups in a random order (`floor(random() * 10000)`): no group's inbox line stays
+    // in the cache between its rows.
+    let random_groups: Vec<u16> = (0..ROWS)
+        .map(|_| rng.random_range(0..GROUPS as u16))
+        .collect();
+    let float_grouped_random = median_ns(ROWS, || {
+        let mut groups = Inboxed::new(GROUPS, K);
+        for (&group, &value) in random_groups.iter().zip(&floats) {
+            groups.count_row(group as usize, locator.locate(value));
+        }
+        black_box(groups.counted().len());
     });
     let float_grouped_small = median_ns(ROWS / 5, || {
-        let mut groups: Vec<GridCounts> = (0..GROUPS).map(|_| GridCounts::new(K)).collect();
+        let mut groups = Inboxed::new(GROUPS, K);
         for (i, &value) in floats[..ROWS / 5].iter().enumerate() {
-            count_row(&mut groups[i % GROUPS], locator.locate(value));
+            groups.count_row(i % GROUPS, locator.locate(value));
         }
-        black_box(groups.len());
+        black_box(groups.counted().len());
     });
     let integer_grouped = median_ns(ROWS, || {
-        let mut groups: Vec<GridCounts> = (0..GROUPS)
-            .map(|_| GridCounts::new(integer_grid.size))
-            .collect();
+        let mut groups = Inboxed::new(GROUPS, integer_grid.size);
         for (i, &value) in integers.iter().enumerate() {
-            count_row(&mut groups[i % GROUPS], integer_grid.locate(value));
+            groups.count_row(i % GROUPS, integer_grid.locate(value));
         }
-        black_box(groups.len());
+        black_box(groups.counted().len());
     });
     // Groups of 1,100 float values, past the 1,024 pending cells at which repeated
     // values merge (distinct ones wait pending, SparseCells), counted and listed.
     let (past_merge, past_merge_groups) = (9_000 * 1_100, 9_000);
     let float_past_merge = median_ns(past_merge, || {
-        let mut groups: Vec<GridCounts> =
-            (0..past_merge_groups).map(|_| GridCounts::new(K)).collect();
+        let mut groups = Inboxed::new(past_merge_groups, K);
         for (i, &value) in floats[..past_merge].iter().enumerate() {
-            count_row(&mut groups[i % past_merge_groups], locator.locate(value));
+            groups.count_row(i % past_merge_groups, locator.locate(value));
         }
-        (groups.iter()).for_each(|counts| drop(black_box(counts.sparse_occupied())));
+        (groups.counted().iter()).for_each(|counts| drop(black_box(counts.sparse_occupied())));
     });
     // A draw and a merge per group of 1,000 float values; a draw per group of 200.
     let groups_of = |values: &[f64]| {
@@ -191,6 +237,7 @@ fn per_row_speed() {
     );
     println!("  integer, one group:          {integer_one:6.1} ns/row");
     println!("  float, {GROUPS} groups:       {float_grouped:6.1} ns/row");
+    println!("  float, {GROUPS} groups, random order: {float_grouped_random:5.1} ns/row");
     println!("  float, {GROUPS} groups of 200: {float_grouped_small:5.1} ns/row");
     println!("  integer, {GROUPS} groups:     {integer_grouped:6.1} ns/row");
     println!(

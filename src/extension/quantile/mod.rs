@@ -12,7 +12,7 @@ use super::forms::{
     DP_QUANTILE_INTEGER, DP_QUANTILE_NUMERIC, DP_QUANTILE_SMALLINT,
 };
 use super::guc;
-use super::memory::ContextAllocator;
+use super::memory::{child_context, ContextAllocator};
 use super::quantile_arguments::{Alphas, Bounds, QuantileArguments, QuantileParameters, ValueGrid};
 use super::serialization::{to_cbor, Bytes};
 use crate::error::Error;
@@ -21,6 +21,7 @@ use crate::mechanisms::quantile::{
     Locator, Place,
 };
 use crate::mechanisms::rng;
+use inbox::{leave, Inbox, RowRule};
 use pgrx::pg_sys::{self, Datum, MemoryContext};
 use pgrx::prelude::*;
 use pgrx::Internal;
@@ -96,30 +97,22 @@ impl Locating {
     }
 }
 
-/// The state of one group: its parameters and the counts of its values on the grid.
-/// What each row reads comes first, so that with thousands of groups a row's cache misses
-/// are few (issue 22): the locating rule, then the histograms' totals and pending cells.
-/// Aligned to a cache line, a float value counted in place between grid points touches
-/// two lines of its state (the locating rule; the histogram's total and pending cells),
-/// where an 8-byte-aligned state spread the same bytes over three.
-#[repr(C, align(64))]
+/// The state of one group: its parameters and the counts of its values on the grid. Rows
+/// read none of it: they leave their places in the group's inbox (inbox.rs), which is
+/// counted here when full and before anything reads the state.
 pub struct QuantileState {
     locating: Locating,
     counts: GridCounts<ContextAllocator>,
     parameters: QuantileParameters,
+    /// Where the group's rows leave their places (inbox.rs); NULL until the state is
+    /// placed in its memory context.
+    inbox: *mut Inbox,
+    /// The places of the inbox already counted into `counts`.
+    counted: usize,
 }
 
-// The locating rule takes the first 80 bytes, the histogram of values between points
-// follows with what a row reads of it (GridCounts::ROW_BYTES, tested there): two lines.
 // The state and its reset callback stay in one 512-byte chunk (memory::request_size).
 const _: () = assert!(crate::extension::memory::request_size::<QuantileState>() <= 512);
-const _: () = assert!(
-    std::mem::offset_of!(QuantileState, locating) == 0
-        && std::mem::size_of::<Locating>() <= 80
-        && std::mem::offset_of!(QuantileState, counts) <= 80
-        && std::mem::offset_of!(QuantileState, counts) + GridCounts::<ContextAllocator>::ROW_BYTES
-            <= 128
-);
 
 impl QuantileState {
     fn new(parameters: QuantileParameters, memory: MemoryContext) -> Self {
@@ -139,7 +132,18 @@ impl QuantileState {
             parameters,
             locating,
             counts,
+            inbox: std::ptr::null_mut(),
+            counted: 0,
         }
+    }
+
+    /// Counts the places of the inbox before slot `to` not yet counted.
+    fn count_inbox(&mut self, to: usize) {
+        // SAFETY: a placed state's inbox lives as long as the state, and `counted` and
+        // `to` are slots of it, `counted` the first one not counted (of_datum).
+        let places = unsafe { Inbox::places(self.inbox, self.counted, to) };
+        self.counts.add_half_cells(places);
+        self.counted = to;
     }
 }
 
@@ -248,6 +252,59 @@ impl State for QuantileState {
         to_cbor(&serialized)
     }
 
+    /// The datum is a slot of the group's inbox: the state is the inbox's, with the
+    /// places left there counted first.
+    #[inline]
+    unsafe fn of_datum<'a>(datum: Datum) -> &'a mut Self {
+        // SAFETY: a datum of a quantile state is a slot of its live inbox, whose state
+        // lives as long as it (the caller's contract).
+        unsafe {
+            let (inbox, slot) = Inbox::of_slot(datum);
+            let state = &mut *Inbox::state(inbox);
+            state.count_inbox(slot);
+            state
+        }
+    }
+
+    /// Every place of the inbox was counted (of_datum): it starts again, empty.
+    #[inline]
+    unsafe fn datum_of(state: &mut Self) -> Datum {
+        debug_assert!(!state.inbox.is_null(), "a placed state");
+        state.counted = 0;
+        Inbox::first_slot(state.inbox)
+    }
+
+    /// A hash aggregation's states and inboxes live in a child of its context: among
+    /// PostgreSQL's key tuples, 10^4 groups' 768 bytes each spread those tuples (read on
+    /// every row) over megabytes.
+    unsafe fn state_memory(
+        fcinfo: pg_sys::FunctionCallInfo,
+        memory: MemoryContext,
+    ) -> MemoryContext {
+        // SAFETY: the call info of an aggregate's support function, whose context is
+        // read only once its tag says it is an AggState.
+        unsafe {
+            let context = (*fcinfo).context;
+            let hashed = !context.is_null()
+                && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
+                && (*(context as *mut pg_sys::AggState)).aggstrategy
+                    != pg_sys::AggStrategy::AGG_SORTED
+                && (*(context as *mut pg_sys::AggState)).aggstrategy
+                    != pg_sys::AggStrategy::AGG_PLAIN;
+            if hashed {
+                child_context(memory, c"pg_exp_mech quantile states")
+            } else {
+                memory
+            }
+        }
+    }
+
+    unsafe fn placed(state: &mut Self, memory: MemoryContext) {
+        // SAFETY: the state lies in `memory` (the caller's contract), as the inbox will.
+        state.inbox = unsafe { Inbox::new_in(memory, state) };
+        state.counted = 0;
+    }
+
     fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {
         let serialized: SerializedQuantiles =
             serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
@@ -306,17 +363,58 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo, kind: ValueType) 
         // guard a real build's rows skip.)
         return Some(state.value);
     }
-    // SAFETY: a non-NULL state of a quantile transition is the QuantileState it returned
-    // before (aggregate::transition), which no one else holds during this call.
-    let quantiles = unsafe { &mut *state.value.cast_mut_ptr::<QuantileState>() };
-    let counted = match quantiles.locating.by_value_of(kind, value.value) {
-        Some(Located::Place(place)) => quantiles.counts.add_in_place(place),
-        Some(Located::NotANumber) => true,
+    // SAFETY: a quantile transition's call info.
+    let rule = unsafe { RowRule::of_call(fcinfo) }?;
+    match rule.locating.by_value_of(kind, value.value) {
+        // SAFETY: a non-NULL state datum of a quantile transition is the inbox slot it
+        // returned before (aggregate::transition), which no one else uses during this
+        // call.
+        Some(Located::Place(place)) => unsafe { leave(state.value, place) },
+        Some(Located::NotANumber) => Some(state.value),
         // None: numeric, or a rule of another kind (never met); by_value_of gives no
         // Numeric.
-        Some(Located::Numeric(_)) | None => false,
-    };
-    counted.then_some(state.value)
+        Some(Located::Numeric(_)) | None => None,
+    }
+}
+
+/// The guarded transition: a group's first row (which makes its state and inbox), a row
+/// that finds its inbox full (the inbox is counted and starts again), a numeric value
+/// (located here, inside the guard, and left in the inbox when it has room), and every
+/// row of a call site whose groups do not share one locating rule.
+///
+/// # Safety
+/// `fcinfo` must be the call info of `aggregate`'s transition function.
+unsafe fn guarded_transition(fcinfo: pg_sys::FunctionCallInfo, aggregate: &Aggregate) -> Datum {
+    // SAFETY: a transition's call info, with the state and the value first.
+    let call = unsafe { CallArguments::new(fcinfo) };
+    let (state, value) = (call.datum(0), call.datum(1));
+    // SAFETY: a quantile transition's call info, as the caller guarantees.
+    let rule = unsafe { RowRule::of_call(fcinfo) };
+    if let (Some(slot), Some(value), Some(rule)) = (state, value, rule) {
+        if let Locating::Numeric(locator) = rule.locating {
+            // SAFETY: a non-NULL numeric argument of the transition call.
+            let value = unsafe { numeric_to_f64(value) };
+            if value.is_nan() {
+                return slot;
+            }
+            // SAFETY: the state datum is an inbox slot this transition returned.
+            if let Some(next) = unsafe { leave(slot, locator.locate(value)) } {
+                return next;
+            }
+        }
+    }
+    // SAFETY: as the caller guarantees.
+    let datum = unsafe { transition::<QuantileState>(fcinfo, aggregate) };
+    if state.is_none() {
+        // A new group: its parameters decide whether the call site's rows may keep
+        // leaving their places by the shared rule.
+        // SAFETY: the datum the transition just returned, of a live state.
+        unsafe {
+            let (inbox, _) = Inbox::of_slot(datum);
+            RowRule::note_group(fcinfo, &*Inbox::state(inbox));
+        }
+    }
+    datum
 }
 
 /// The value type a quantile aggregate counts, at compile time: the kind its transition
@@ -378,7 +476,7 @@ macro_rules! quantile_transitions {
             #[pg_guard]
             unsafe extern "C-unwind" fn guarded(fcinfo: pg_sys::FunctionCallInfo) -> Datum {
                 // SAFETY: as above.
-                unsafe { transition::<QuantileState>(fcinfo, &$aggregate) }
+                unsafe { guarded_transition(fcinfo, &$aggregate) }
             }
             // SAFETY: as above.
             unsafe { guarded(fcinfo) }
@@ -404,7 +502,7 @@ quantile_transitions! {
 /// dp_quantiles follows pg_exp_mech.quantiles_method (recursive splitting by default, or
 /// ε/m each). None (SQL NULL) when a parameter depends on the rows and no row came.
 fn answers(
-    state: &Internal,
+    state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
     aggregate: &Aggregate,
 ) -> Option<(ValueGrid, Vec<u32>)> {
@@ -412,7 +510,7 @@ fn answers(
     // SAFETY: PostgreSQL calls the final functions of the quantile aggregates with their
     // own state (aggregates.sql).
     let quantiles =
-        unsafe { final_state::<QuantileState>(fcinfo, state, aggregate, form.arity()) }?;
+        unsafe { final_state::<QuantileState>(fcinfo, state.unwrap(), aggregate, form.arity()) }?;
     let parameters = &quantiles.parameters;
     let (counts, alphas, epsilon) = (&quantiles.counts, &parameters.alphas, parameters.epsilon);
     if cfg!(feature = "bench_floor") {
@@ -494,7 +592,7 @@ fn dp_quantile_numeric_final(
     state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<AnyNumeric> {
-    AnyNumeric::one(answers(&state, fcinfo, &DP_QUANTILE_NUMERIC))
+    AnyNumeric::one(answers(state, fcinfo, &DP_QUANTILE_NUMERIC))
 }
 
 #[pg_extern(parallel_safe)]
@@ -502,22 +600,22 @@ fn dp_quantiles_numeric_final(
     state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<Vec<AnyNumeric>> {
-    AnyNumeric::many(answers(&state, fcinfo, &DP_QUANTILES_NUMERIC))
+    AnyNumeric::many(answers(state, fcinfo, &DP_QUANTILES_NUMERIC))
 }
 
 #[pg_extern(parallel_safe)]
 fn dp_quantile_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<f64> {
-    f64::one(answers(&state, fcinfo, &DP_QUANTILE))
+    f64::one(answers(state, fcinfo, &DP_QUANTILE))
 }
 
 #[pg_extern(parallel_safe)]
 fn dp_quantiles_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<Vec<f64>> {
-    f64::many(answers(&state, fcinfo, &DP_QUANTILES))
+    f64::many(answers(state, fcinfo, &DP_QUANTILES))
 }
 
 #[pg_extern(parallel_safe)]
 fn dp_quantile_smallint_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i16> {
-    i16::one(answers(&state, fcinfo, &DP_QUANTILE_SMALLINT))
+    i16::one(answers(state, fcinfo, &DP_QUANTILE_SMALLINT))
 }
 
 #[pg_extern(parallel_safe)]
@@ -525,12 +623,12 @@ fn dp_quantiles_smallint_final(
     state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<Vec<i16>> {
-    i16::many(answers(&state, fcinfo, &DP_QUANTILES_SMALLINT))
+    i16::many(answers(state, fcinfo, &DP_QUANTILES_SMALLINT))
 }
 
 #[pg_extern(parallel_safe)]
 fn dp_quantile_integer_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i32> {
-    i32::one(answers(&state, fcinfo, &DP_QUANTILE_INTEGER))
+    i32::one(answers(state, fcinfo, &DP_QUANTILE_INTEGER))
 }
 
 #[pg_extern(parallel_safe)]
@@ -538,12 +636,12 @@ fn dp_quantiles_integer_final(
     state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<Vec<i32>> {
-    i32::many(answers(&state, fcinfo, &DP_QUANTILES_INTEGER))
+    i32::many(answers(state, fcinfo, &DP_QUANTILES_INTEGER))
 }
 
 #[pg_extern(parallel_safe)]
 fn dp_quantile_bigint_final(state: Internal, fcinfo: pg_sys::FunctionCallInfo) -> Option<i64> {
-    i64::one(answers(&state, fcinfo, &DP_QUANTILE_BIGINT))
+    i64::one(answers(state, fcinfo, &DP_QUANTILE_BIGINT))
 }
 
 #[pg_extern(parallel_safe)]
@@ -551,7 +649,7 @@ fn dp_quantiles_bigint_final(
     state: Internal,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<Vec<i64>> {
-    i64::many(answers(&state, fcinfo, &DP_QUANTILES_BIGINT))
+    i64::many(answers(state, fcinfo, &DP_QUANTILES_BIGINT))
 }
 
 #[pg_extern(parallel_safe)]
@@ -580,6 +678,9 @@ fn dp_quantile_deserialize(
     unsafe { aggregate::deserialize::<QuantileState>(fcinfo, bytes) }
 }
 
+mod inbox;
+#[cfg(any(test, feature = "pg_test"))]
+mod inbox_tests;
 #[cfg(test)]
 mod locating_tests;
 #[cfg(any(test, feature = "pg_test"))]

@@ -338,28 +338,17 @@ impl<A: Allocator + Clone> DenseCells<A> {
         self.pushed += 1;
     }
 
-    /// [`DenseCells::push`] when the counting it triggers needs no carry (a carry is a
-    /// hash-map entry, which may allocate): true; false, and nothing changed, otherwise.
-    /// Never allocates or panics (rows counted outside pgrx's guard).
-    #[inline(always)]
-    pub(super) fn push_in_place(&mut self, cell: u32) -> bool {
-        let Some(counter) = self.low.get(cell as usize) else {
-            return false; // never (located cells lie on the grid): push's panic, guarded
-        };
-        prefetch(counter);
-        let slot = self.pushed % DELAY;
-        if self.pushed >= DELAY {
-            let Some(low) = self.low.get_mut(self.recent[slot] as usize) else {
-                return false;
-            };
-            if *low == u8::MAX {
-                return false; // its count reaches 256: a carry
+    /// Counts each of `cells` now: their counters are asked for all at once, then
+    /// counted, so that their misses overlap (a batch needs no ring of delayed cells).
+    pub(super) fn count_all(&mut self, cells: &[u32]) {
+        for batch in cells.chunks(64) {
+            for &cell in batch {
+                prefetch(&self.low[cell as usize]);
             }
-            *low += 1;
+            for &cell in batch {
+                self.count(cell);
+            }
         }
-        self.recent[slot] = cell;
-        self.pushed += 1;
-        true
     }
 
     #[inline]

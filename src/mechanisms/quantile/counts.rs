@@ -50,38 +50,13 @@ impl<A: Allocator + Clone> Histogram<A> {
         }
     }
 
-    /// [`Histogram::add`] when that needs no allocation and no merge (a sparse histogram
-    /// with room for one more pending cell, or a dense one whose counter reached by this
-    /// push stays below 256): true; false, and nothing changed, otherwise. Never
-    /// allocates or panics (rows counted outside pgrx's guard).
-    #[inline(always)]
-    pub fn add_in_place(&mut self, cell: u32) -> bool {
-        let sparse = match &mut self.cells {
-            Cells::Sparse(sparse) => sparse,
-            Cells::Dense(dense) => {
-                let counted = dense.push_in_place(cell);
-                self.total += counted as u64;
-                return counted;
-            }
-        };
-        let length = sparse.pending.len();
-        // One short of merge_at: the push that reaches it merges or waits
-        // (SparseCells::push).
-        if length + 1 >= sparse.merge_at || length == sparse.pending.capacity() {
-            return false;
-        }
-        sparse.pending.push(cell);
-        self.total += 1;
-        true
-    }
-
     /// Counts one value in each of `cells`: [`Histogram::add`] for each, with one copy
     /// while sparse (a combine appends another state's pending cells).
     pub fn add_cells(&mut self, cells: &[u32]) {
         debug_assert!(cells.iter().all(|&cell| cell <= self.grid_size));
         self.total += cells.len() as u64;
         match &mut self.cells {
-            Cells::Dense(dense) => cells.iter().for_each(|&cell| dense.push(cell)),
+            Cells::Dense(dense) => dense.count_all(cells),
             Cells::Sparse(sparse) => match sparse.extend(cells, self.grid_size) {
                 Ok(false) => {}
                 merged => self.densify_if(merged),
@@ -348,11 +323,6 @@ impl GridCounts<Global> {
 }
 
 impl<A: Allocator + Clone> GridCounts<A> {
-    /// The bytes from the start of the counts within which lies all that a value counted
-    /// in place between grid points reads and writes: the between histogram's total,
-    /// pending cells and merge point (`a_row_reads_the_first_48_bytes_of_its_counts`).
-    pub const ROW_BYTES: usize = 48;
-
     pub fn new_in(grid_size: u32, allocator: A) -> Self {
         Self {
             at: Histogram::new_in(grid_size, allocator.clone()),
@@ -370,6 +340,31 @@ impl<A: Allocator + Clone> GridCounts<A> {
         }
     }
 
+    /// Counts one value at each place of `half_cells` ([`Place::half_cell`], below 2^32):
+    /// [`GridCounts::add`] for each, in two copies (one a histogram) where a value at a
+    /// time took a push, its checks and its merge point (issue 22: a group's inbox).
+    pub fn add_half_cells(&mut self, half_cells: &[u32]) {
+        const BATCH: usize = 64;
+        for batch in half_cells.chunks(BATCH) {
+            let (mut at, mut between) = ([0u32; BATCH], [0u32; BATCH]);
+            let (mut ats, mut betweens) = (0, 0);
+            for &half_cell in batch {
+                // Without a branch: a column's values may fall at and between points.
+                let odd = (half_cell & 1) as usize;
+                at[ats] = half_cell / 2;
+                between[betweens] = half_cell / 2;
+                ats += 1 - odd;
+                betweens += odd;
+            }
+            if ats > 0 {
+                self.at.add_cells(&at[..ats]);
+            }
+            if betweens > 0 {
+                self.between.add_cells(&between[..betweens]);
+            }
+        }
+    }
+
     /// Whether both histograms are sparse.
     #[inline(always)]
     pub fn is_sparse(&self) -> bool {
@@ -377,16 +372,6 @@ impl<A: Allocator + Clone> GridCounts<A> {
             (&self.at.cells, &self.between.cells),
             (Cells::Sparse(_), Cells::Sparse(_))
         )
-    }
-
-    /// [`GridCounts::add`] when that needs no allocation and no merge
-    /// ([`Histogram::add_in_place`]).
-    #[inline(always)]
-    pub fn add_in_place(&mut self, place: Place) -> bool {
-        match place {
-            Place::At(j) => self.at.add_in_place(j),
-            Place::Between(j) => self.between.add_in_place(j),
-        }
     }
 
     /// Adds every count of `other` (same grid).

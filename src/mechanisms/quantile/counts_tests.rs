@@ -28,94 +28,49 @@ fn pending_shape(counts: &GridCounts) -> Vec<Option<(usize, usize, usize)>> {
         .collect()
 }
 
-/// The cells of the histogram that counts `place`.
-fn histogram_cells(counts: &GridCounts, place: Place) -> &Cells<Global> {
-    match place {
-        Place::At(_) => &counts.at.cells,
-        Place::Between(_) => &counts.between.cells,
-    }
-}
-
-/// Values counted in place where that is possible, and by `add` otherwise (as the
-/// transition does), end in the same counts as values counted by `add` alone; counting
-/// in place refuses exactly the values that would allocate, merge or carry a dense
-/// histogram's counter past 255, and changes nothing when it refuses.
+/// Places counted in batches of 1 to 62 by `add_half_cells` (a group's inbox drained,
+/// quantile/inbox.rs) end in the same counts as each counted by `add`: sparse
+/// histograms that merge, dense ones whose counters carry past 255, values at and
+/// between points mixed, batches that straddle a histogram's turn to dense.
 #[test]
-fn counting_in_place_is_counting_where_no_allocation_is_needed() {
+fn counting_half_cells_is_counting_each_place() {
     let mut rng = ChaCha20Rng::seed_from_u64(22);
     let grid_size = 1 << 12; // a sixteenth of it occupied turns a histogram dense
-    for (values, distinct) in [
-        (300, 40),
-        (5_000, 60),
-        (5_000, 4_000),
-        (20_000, 1 << 12),
-        (300_000, 600), // dense, with carries
+    for (values, distinct, at_share) in [
+        (300, 40, 0.3),
+        (5_000, 60, 0.0),
+        (5_000, 4_000, 1.0),
+        (20_000, 1 << 12, 0.3),
+        (300_000, 600, 0.3), // dense, with carries
     ] {
-        let (mut by_add, mut in_place) = (GridCounts::new(grid_size), GridCounts::new(grid_size));
-        let (mut counted_in_place, mut refused, mut refused_dense) = (0, 0, 0);
-        for _ in 0..values {
-            let j = rng.random_range(0..distinct);
-            let place = if rng.random_bool(0.3) {
-                Place::At(j)
-            } else {
-                Place::Between(j.min(grid_size - 1))
-            };
-            by_add.add(place);
-            let room = match histogram_cells(&in_place, place) {
-                Cells::Sparse(sparse) => {
-                    let length = sparse.pending.len();
-                    length < sparse.pending.capacity() && length + 1 < sparse.merge_at
+        let places: Vec<Place> = (0..values)
+            .map(|_| {
+                let j = rng.random_range(0..distinct);
+                match rng.random_bool(at_share) {
+                    true => Place::At(j),
+                    false => Place::Between(j.min(grid_size - 1)),
                 }
-                // The cell counted now is the one pushed DELAY values ago.
-                Cells::Dense(dense) => {
-                    dense.pushed < DELAY
-                        || dense.low[dense.recent[dense.pushed % DELAY] as usize] < u8::MAX
-                }
-            };
-            let before = (!room).then(|| (contents(&in_place), pending_shape(&in_place)));
-            if in_place.add_in_place(place) {
-                assert!(room, "counted in place without room: {place:?}");
-                counted_in_place += 1;
-            } else {
-                assert!(!room, "refused with room: {place:?}");
-                assert_eq!(
-                    Some((contents(&in_place), pending_shape(&in_place))),
-                    before,
-                    "a refusal changed the counts"
-                );
-                refused += 1;
-                refused_dense +=
-                    matches!(histogram_cells(&in_place, place), Cells::Dense(_)) as u32;
-                in_place.add(place);
-            }
-            assert_eq!(in_place.total(), by_add.total());
+            })
+            .collect();
+        let mut by_add = GridCounts::new(grid_size);
+        places.iter().for_each(|&place| by_add.add(place));
+        let half_cells: Vec<u32> = places.iter().map(|p| p.half_cell() as u32).collect();
+        let mut batched = GridCounts::new(grid_size);
+        let mut counted = 0;
+        while counted < half_cells.len() {
+            let batch = rng.random_range(1..=62).min(half_cells.len() - counted);
+            batched.add_half_cells(&half_cells[counted..counted + batch]);
+            counted += batch;
+            assert_eq!(batched.total(), counted as u64);
         }
-        assert_eq!(contents(&in_place), contents(&by_add), "{values} values");
-        assert_eq!(pending_shape(&in_place), pending_shape(&by_add));
-        if distinct < grid_size / 16 {
-            // Growth and merges take a few values; the others count in place.
-            assert!(in_place.is_sparse());
-            assert!(
-                refused * 10 < counted_in_place,
-                "{refused} refused of {values}"
-            );
-        } else {
-            // Dense histograms refuse only a counter's 256th value (a carry).
-            assert!(
-                !in_place.is_sparse(),
-                "{values} values over {distinct} cells"
-            );
-            assert!(
-                refused * 10 < counted_in_place,
-                "{refused} refused of {values}"
-            );
-            // 350 values a cell between points: each counter's 256th is refused.
-            assert_eq!(
-                refused_dense > 0,
-                values / distinct > 256,
-                "{refused_dense}"
-            );
-        }
+        assert_eq!(contents(&batched), contents(&by_add), "{values} values");
+        assert_eq!(batched.is_sparse(), by_add.is_sparse(), "{values} values");
+        assert_eq!(
+            by_add.is_sparse(),
+            distinct < grid_size / 16,
+            "{values} values over {distinct} cells"
+        );
+        assert_eq!(batched.sparse_occupied(), by_add.sparse_occupied());
     }
 }
 
@@ -130,10 +85,10 @@ fn sorted_lengths(counts: &GridCounts) -> Vec<Option<usize>> {
         .collect()
 }
 
-/// Distinct cells that wait pending (the default grid) count in place exactly as by
-/// `add`, and still wait, with the same counts, after a parallel plan's combine (which
-/// appends another state's pending cells) and after the bytes a partial state travels
-/// in; the listing a draw takes has every value.
+/// Distinct cells that wait pending (the default grid), counted from inboxes of 62,
+/// count exactly as by `add`, and still wait, with the same counts, after a parallel
+/// plan's combine (which appends another state's pending cells) and after the bytes a
+/// partial state travels in; the listing a draw takes has every value.
 #[test]
 fn waiting_cells_count_combine_and_travel_exactly() {
     let mut rng = ChaCha20Rng::seed_from_u64(8_192);
@@ -147,18 +102,30 @@ fn waiting_cells_count_combine_and_travel_exactly() {
     let (mut by_add, mut in_place) = (GridCounts::new(grid_size), GridCounts::new(grid_size));
     for &place in &places[..3_000] {
         by_add.add(place);
-        if !in_place.add_in_place(place) {
-            in_place.add(place);
-        }
     }
+    let half_cells: Vec<u32> = places[..3_000]
+        .iter()
+        .map(|p| p.half_cell() as u32)
+        .collect();
+    half_cells
+        .chunks(62)
+        .for_each(|batch| in_place.add_half_cells(batch));
     assert_eq!(contents(&in_place), contents(&by_add));
-    assert_eq!(pending_shape(&in_place), pending_shape(&by_add));
-    // About 2,700 values between points waited at 1,024 and at 2,048 cells.
+    // About 2,700 values between points waited at 1,024 and at 2,048 cells, all pending
+    // either way; a batch may pass a merge point by up to 61 cells, which each wait
+    // doubles: the next merge point lies up to 6 × 61 past 4,096 (where the counts are
+    // kept, never what they are).
     assert_eq!(sorted_lengths(&in_place), [Some(0), Some(0)]);
-    assert_eq!(
-        pending_shape(&in_place)[1].map(|shape| shape.2),
-        Some(4_096)
-    );
+    assert_eq!(sorted_lengths(&by_add), [Some(0), Some(0)]);
+    let lengths = |counts: &GridCounts| -> Vec<_> {
+        (pending_shape(counts).into_iter())
+            .map(|shape| shape.map(|s| s.0))
+            .collect()
+    };
+    assert_eq!(lengths(&in_place), lengths(&by_add));
+    assert_eq!(pending_shape(&by_add)[1].map(|shape| shape.2), Some(4_096));
+    let merge_at = pending_shape(&in_place)[1].map_or(0, |shape| shape.2);
+    assert!((4_096..=4_096 + 6 * 61).contains(&merge_at), "{merge_at}");
 
     let mut other = GridCounts::new(grid_size);
     let mut all = by_add.clone();
@@ -181,57 +148,6 @@ fn waiting_cells_count_combine_and_travel_exactly() {
     }
     let expected: Vec<(u64, u64)> = expected.into_iter().collect();
     assert_eq!(combined.sparse_occupied(), Some(expected));
-}
-
-/// An allocator the size of the extension's (a memory context pointer), so that the
-/// counts are laid out as the extension's are.
-#[derive(Clone)]
-struct PointerSized(#[allow(dead_code)] usize);
-
-// SAFETY: every call goes to Global, which upholds the trait's contract.
-unsafe impl allocator_api2::alloc::Allocator for PointerSized {
-    fn allocate(
-        &self,
-        layout: std::alloc::Layout,
-    ) -> Result<std::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-        Global.allocate(layout)
-    }
-
-    unsafe fn deallocate(&self, block: std::ptr::NonNull<u8>, layout: std::alloc::Layout) {
-        // SAFETY: allocated by Global (allocate above), as the caller guarantees.
-        unsafe { Global.deallocate(block, layout) }
-    }
-}
-
-/// What a value counted in place between grid points reads and writes of its counts (the
-/// between histogram's total, the sparse cells' pending pointer, length and capacity,
-/// the merge point) lies in the first GridCounts::ROW_BYTES bytes, which the quantile
-/// state places in its second cache line (issue 22).
-#[test]
-fn a_row_reads_the_first_48_bytes_of_its_counts() {
-    let mut counts = GridCounts::new_in(1 << 20, PointerSized(0));
-    for cell in 0..100 {
-        counts.add(Place::Between(cell));
-    }
-    let start = &counts as *const _ as usize;
-    let histogram = &counts.between;
-    let Cells::Sparse(sparse) = &histogram.cells else {
-        panic!("sparse");
-    };
-    let end_of = |field: usize, size: usize| field + size - start;
-    let ends = [
-        end_of(&histogram.total as *const _ as usize, 8),
-        end_of(
-            &sparse.pending as *const _ as usize,
-            size_of_val(&sparse.pending),
-        ),
-        end_of(&sparse.merge_at as *const _ as usize, 8),
-    ];
-    assert!(
-        ends.iter()
-            .all(|&end| end <= GridCounts::<PointerSized>::ROW_BYTES),
-        "{ends:?}"
-    );
 }
 
 /// The radix sort a draw lists a group's cells with sorts as a comparison sort does: any
