@@ -5,10 +5,10 @@
 //! that state and wrote a third (its pending cells), each out of the cache, and the states
 //! spread PostgreSQL's own key tuples over megabytes. Here a group's `internal` datum is
 //! the next free slot of its inbox, a block of [`INBOX_CELLS`] places (as half cells,
-//! `Place::half_cell`) that ends in a sentinel and the state's address. A row locates its
+//! `Place::half_cell`) followed by the state's address. A row locates its
 //! value by the rule every group shares ([`RowRule`], in the transition's `fn_extra`),
 //! writes the slot and returns the next one: one line, which it writes. When the inbox is
-//! full (its sentinel is the next slot), the guarded transition counts the inbox into the
+//! full (its datum says no room is left), the guarded transition counts the inbox into the
 //! state and starts it again. Whatever reads a state first counts the places left in its
 //! inbox ([`QuantileState::of_datum`](super::QuantileState)): a final function too, which
 //! may since that changes where the values are counted, never what is counted.
@@ -170,7 +170,7 @@ pub(super) unsafe fn leave(slot: pg_sys::Datum, place: Place) -> Option<pg_sys::
     if slot >> ROOM_SHIFT == 0 {
         return None;
     }
-    // SAFETY: a slot of a live inbox with room: before its sentinel.
+    // SAFETY: a slot of a live inbox with room: one of its INBOX_CELLS places.
     unsafe { ((slot & ADDRESS) as *mut u32).write(place.half_cell() as u32) };
     // One slot on, one place less of room.
     Some(pg_sys::Datum::from(slot + 4 - (1 << ROOM_SHIFT)))

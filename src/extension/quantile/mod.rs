@@ -285,12 +285,13 @@ impl State for QuantileState {
         // read only once its tag says it is an AggState.
         unsafe {
             let context = (*fcinfo).context;
+            // The hash table's context: AGG_HASHED, and the hashed sets of AGG_MIXED
+            // (whose sorted sets' contexts are reset at every group).
             let hashed = !context.is_null()
                 && pgrx::is_a(context, pg_sys::NodeTag::T_AggState)
-                && (*(context as *mut pg_sys::AggState)).aggstrategy
-                    != pg_sys::AggStrategy::AGG_SORTED
-                && (*(context as *mut pg_sys::AggState)).aggstrategy
-                    != pg_sys::AggStrategy::AGG_PLAIN;
+                && !(*(context as *mut pg_sys::AggState)).hashcontext.is_null()
+                && (*(*(context as *mut pg_sys::AggState)).hashcontext).ecxt_per_tuple_memory
+                    == memory;
             if hashed {
                 child_context(memory, c"pg_exp_mech quantile states")
             } else {
@@ -324,14 +325,12 @@ struct SerializedQuantiles {
     counts: Bytes,
 }
 
-/// A row counted without pgrx's guard, when it needs no more than that: a group's later
-/// row whose value is NULL, or of a by-value type and fits its histogram's pending cells
-/// (no allocation, no merge) or a dense histogram's counter without a carry. None: the
-/// guarded transition takes the row (a group's first row, a list that must grow or
-/// merge or a counter that reaches 256 (that row is located twice), numeric values, a
-/// state whose rule is not of `kind`, which [`value_kind`] rules out). In
-/// the grouped dp_quantile of `make bench` the guard and the calls
-/// around it took 4-6 % of the query (issue 22).
+/// A row taken without pgrx's guard, when it needs no more than that: a group's later row
+/// whose value is NULL, or of a by-value type, located and left in its group's inbox
+/// with room. None: the guarded transition takes the row (a group's first row, a full
+/// inbox, numeric values, a rule not of `kind`, which [`value_kind`] rules out). In the
+/// grouped dp_quantile of `make bench` the guard and the calls around it took 4-6 % of
+/// the query (issue 22).
 ///
 /// Sound without the guard, which turns PostgreSQL's errors and Rust's panics into each
 /// other at the boundary: nothing here calls PostgreSQL (so no error can longjmp over
@@ -363,9 +362,9 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo, kind: ValueType) 
         // guard a real build's rows skip.)
         return Some(state.value);
     }
-    // SAFETY: a quantile transition's call info.
-    let rule = unsafe { RowRule::of_call(fcinfo) }?;
-    match rule.locating.by_value_of(kind, value.value) {
+    // SAFETY: a quantile transition's call info, and a state datum it returned.
+    let locating = unsafe { row_locating(fcinfo, state.value) };
+    match locating.by_value_of(kind, value.value) {
         // SAFETY: a non-NULL state datum of a quantile transition is the inbox slot it
         // returned before (aggregate::transition), which no one else uses during this
         // call.
@@ -374,6 +373,25 @@ unsafe fn count_row_in_place(fcinfo: pg_sys::FunctionCallInfo, kind: ValueType) 
         // None: numeric, or a rule of another kind (never met); by_value_of gives no
         // Numeric.
         Some(Located::Numeric(_)) | None => None,
+    }
+}
+
+/// The rule a later row of the group at `slot` is located by: the call site's shared one
+/// (no read of the group's state), else the state's own, read through its inbox (a call
+/// site whose groups' parameters differ, or Citus's partial aggregation, which calls the
+/// transition with a new FmgrInfo, and so no `fn_extra`, for every row).
+///
+/// # Safety
+/// `fcinfo` must be a quantile transition's call info and `slot` a state datum it
+/// returned.
+#[inline(always)]
+unsafe fn row_locating<'a>(fcinfo: pg_sys::FunctionCallInfo, slot: Datum) -> &'a Locating {
+    // SAFETY: as the caller guarantees; a slot's inbox and state are live.
+    unsafe {
+        match RowRule::of_call(fcinfo) {
+            Some(rule) => &rule.locating,
+            None => &(*Inbox::state(Inbox::of_slot(slot).0)).locating,
+        }
     }
 }
 
@@ -388,10 +406,10 @@ unsafe fn guarded_transition(fcinfo: pg_sys::FunctionCallInfo, aggregate: &Aggre
     // SAFETY: a transition's call info, with the state and the value first.
     let call = unsafe { CallArguments::new(fcinfo) };
     let (state, value) = (call.datum(0), call.datum(1));
-    // SAFETY: a quantile transition's call info, as the caller guarantees.
-    let rule = unsafe { RowRule::of_call(fcinfo) };
-    if let (Some(slot), Some(value), Some(rule)) = (state, value, rule) {
-        if let Locating::Numeric(locator) = rule.locating {
+    if let (Some(slot), Some(value)) = (state, value) {
+        // SAFETY: a quantile transition's call info (the caller's contract), and a state
+        // datum it returned.
+        if let Locating::Numeric(locator) = unsafe { row_locating(fcinfo, slot) } {
             // SAFETY: a non-NULL numeric argument of the transition call.
             let value = unsafe { numeric_to_f64(value) };
             if value.is_nan() {

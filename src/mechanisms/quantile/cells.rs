@@ -160,7 +160,7 @@ impl<A: Allocator + Clone> SparseCells<A> {
     }
 
     /// The counts by cell, pending cells included, without changing the state (a final
-    /// function must not).
+    /// function reads its counts as they are, once its inbox is counted).
     pub(super) fn occupied(&self) -> Vec<(u32, u64)> {
         // A copy on the Rust heap: the aggregate's memory context keeps what it held.
         let mut pending = AllocVec::with_capacity_in(self.pending.len(), Global);
@@ -395,8 +395,8 @@ impl<A: Allocator + Clone> DenseCells<A> {
         }
     }
 
-    /// The counts by cell, pending cells included, without changing the state (a final
-    /// function must not) and without a list of every cell.
+    /// The counts by cell, pending cells included, without changing the state and
+    /// without a list of every cell.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.iter_from(0)
     }
