@@ -138,7 +138,8 @@ pub unsafe fn move_into<T>(memory: pg_sys::MemoryContext, value: T) -> NonNull<T
     }
 }
 
-/// The child of `parent` named `name` (the same pointer), made if there is none yet: a
+/// The child of `parent` named `name` (the same pointer), made if there is none yet, its
+/// blocks sized as PostgreSQL sizes a hash aggregation's: a
 /// context of the aggregate's own for what the extension keeps there (its blocks apart
 /// from PostgreSQL's, still counted in the parent's memory and freed with it: a parent's
 /// reset deletes its children).
@@ -158,12 +159,20 @@ pub unsafe fn child_context(
             }
             child = (*child).nextchild;
         }
+        // Blocks no larger than a sixteenth of work_mem, as PostgreSQL makes a hash
+        // aggregation's own context (CreateWorkExprContext): it decides to spill by the
+        // blocks held, children's too, and one doubled block of up to 8 MB overshot a
+        // small limit.
+        let mut max_block = pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize;
+        while 16 * max_block > pg_sys::work_mem.max(64) as usize * 1024 {
+            max_block >>= 1;
+        }
         pg_sys::AllocSetContextCreateInternal(
             parent,
             name.as_ptr(),
             pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
             pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
-            pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+            max_block.max(pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize),
         )
     }
 }

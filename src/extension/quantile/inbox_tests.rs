@@ -99,6 +99,37 @@ mod tests {
         assert_eq!(check_answers(rolled), 2002);
     }
 
+    /// A hash aggregation that spills keeps within its limit (work_mem × hash_mem_multiplier,
+    /// 8 MB here), the states' own context included: with blocks doubling up to 8 MB it
+    /// held 8,977 kB (21,298 groups), as PostgreSQL caps its own blocks at a sixteenth of
+    /// work_mem.
+    #[pg_test]
+    fn a_spilling_hash_aggregation_keeps_to_its_memory() {
+        run(&[
+            "SET max_parallel_workers_per_gather = 0",
+            "SET enable_sort = off",
+            "SET work_mem = '4MB'",
+            "SET hash_mem_multiplier = 2",
+            "CREATE TABLE spill AS SELECT i % 21298 AS g, (i::bigint * 7919 % 1000000)::float8 AS v
+               FROM generate_series(1, 450696) i",
+            "ANALYZE spill",
+        ]);
+        let explained = column(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)
+             SELECT g, dp_quantile(v, 0.5, 0, 1e6, 1.0) FROM spill GROUP BY g",
+        )
+        .join("\n");
+        let field = |name: &str| -> u64 {
+            (explained.split(name).nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|value| value.trim_end_matches("kB").parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {explained}"))
+        };
+        assert!(field("Batches: ") > 1, "it spills: {explained}");
+        let used = field("Memory Usage: ");
+        assert!(used <= 8192, "{used} kB over a limit of 8 MB: {explained}");
+    }
+
     /// A correlated subquery rescans its aggregation with another lo each time: the
     /// first groups' locating rule, which rows use while every group shares it, must not
     /// count the next scan's rows (lo 9,000 on a rule of lo 0 would put 10,049 at about
