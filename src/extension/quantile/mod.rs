@@ -14,18 +14,18 @@ use super::forms::{
 use super::guc;
 use super::memory::{child_context, ContextAllocator};
 use super::quantile_arguments::{Alphas, Bounds, QuantileArguments, QuantileParameters, ValueGrid};
-use super::serialization::{to_cbor, Bytes};
+use super::serialization::Bytes;
 use crate::error::Error;
 use crate::mechanisms::quantile::{
     sample_quantile, sample_quantiles, sample_quantiles_recursive, GridCounts, IntegerGrid,
-    Locator, Place,
+    Locator, Place, Reader,
 };
 use crate::mechanisms::rng;
 use inbox::{leave, Inbox, RowRule};
 use pgrx::pg_sys::{self, Datum, MemoryContext};
 use pgrx::prelude::*;
 use pgrx::Internal;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// How a row's value finds its place on the grid: integer datums are passed by value,
 /// each type read at its own width.
@@ -244,12 +244,13 @@ impl State for QuantileState {
         self.counts.merge(&other.counts);
     }
 
+    /// [`STATE_BYTES`], the parameters, the counts: one vector, written once.
     fn to_bytes(&self) -> Vec<u8> {
-        let serialized = SerializedQuantiles {
-            parameters: self.parameters.clone(),
-            counts: Bytes(self.counts.to_bytes()),
-        };
-        to_cbor(&serialized)
+        let mut bytes = Vec::with_capacity(64 + self.counts.sparse_bytes_bound());
+        bytes.push(STATE_BYTES);
+        self.parameters.write_bytes(&mut bytes);
+        self.counts.write_bytes(&mut bytes);
+        bytes
     }
 
     /// The datum is a slot of the group's inbox: the state is the inbox's, with the
@@ -307,20 +308,35 @@ impl State for QuantileState {
     }
 
     fn from_bytes(bytes: &[u8], memory: MemoryContext) -> Self {
-        let serialized: SerializedQuantiles =
-            serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
-        let mut quantiles = QuantileState::new(serialized.parameters, memory);
-        let grid_size = quantiles.parameters.grid.size();
-        // SAFETY: as in QuantileState::new.
-        let allocator = unsafe { ContextAllocator::new(memory) };
-        quantiles.counts = GridCounts::from_bytes(grid_size, &serialized.counts.0, allocator);
-        quantiles
+        let with_counts = |parameters: QuantileParameters, counts: &[u8]| {
+            let mut quantiles = QuantileState::new(parameters, memory);
+            let grid_size = quantiles.parameters.grid.size();
+            // SAFETY: as in QuantileState::new.
+            let allocator = unsafe { ContextAllocator::new(memory) };
+            quantiles.counts = GridCounts::from_bytes(grid_size, counts, allocator);
+            quantiles
+        };
+        let mut reader = Reader(bytes);
+        if reader.u8() != STATE_BYTES {
+            let earlier: EarlierSerializedQuantiles =
+                serde_cbor::from_slice(bytes).expect("a state written by dp_quantile_serialize");
+            return with_counts(earlier.parameters, &earlier.counts.0);
+        }
+        let parameters = QuantileParameters::read_bytes(&mut reader);
+        with_counts(parameters, reader.rest())
     }
 }
 
-/// What dp_quantile_serialize writes: the parameters and the counts' own encoding.
-#[derive(Serialize, Deserialize)]
-struct SerializedQuantiles {
+/// The first byte of what dp_quantile_serialize writes: then the parameters
+/// ([`QuantileParameters::write_bytes`]) and the counts ([`GridCounts::to_bytes`]).
+/// Earlier versions wrote CBOR, whose first byte here is an array's or a map's header
+/// (0x80 and up); a Citus coordinator may read their workers' states during an upgrade.
+const STATE_BYTES: u8 = 1;
+
+/// What dp_quantile_serialize wrote before [`STATE_BYTES`]: CBOR of the parameters and
+/// the counts' own encoding.
+#[derive(Deserialize)]
+struct EarlierSerializedQuantiles {
     parameters: QuantileParameters,
     counts: Bytes,
 }

@@ -140,6 +140,66 @@ mod tests {
         check(query, 0.9, 2.0);
     }
 
+    /// A state reads back from dp_quantile_serialize's bytes, and from the CBOR that
+    /// versions before them wrote (a Citus coordinator may combine an older worker's):
+    /// the same parameters and counts, sparse or dense, float or integer grid.
+    #[pg_test]
+    fn a_state_reads_back_from_its_bytes_and_from_earlier_cbor() {
+        use super::super::{QuantileState, STATE_BYTES};
+        use crate::extension::aggregate::State;
+        use crate::extension::forms::ValueType;
+        use crate::extension::quantile_arguments::{QuantileParameters, ValueGrid};
+        use crate::extension::serialization::{to_cbor, Bytes};
+        use crate::mechanisms::quantile::IntegerGrid;
+
+        #[derive(serde::Serialize)]
+        struct Earlier<'a> {
+            parameters: &'a QuantileParameters,
+            counts: Bytes,
+        }
+        let float = ValueGrid::Float(Grid {
+            lo: 0.0,
+            hi: 1e6,
+            size: 1 << 20,
+        });
+        let integer = ValueGrid::Integer(IntegerGrid::new(-40_000, 40_000, 1 << 10));
+        let cases = [
+            (float, ValueType::Float, vec![0.5], 70),
+            (float, ValueType::Numeric, vec![0.1, 0.9], 5_000),
+            (integer, ValueType::Smallint, vec![0.5], 3_000),
+            (integer, ValueType::Bigint, vec![0.25, 0.5, 0.75], 40),
+        ];
+        // SAFETY: a test's transaction context outlives the states made in it.
+        let memory = unsafe { pg_sys::CurrentMemoryContext };
+        for (grid, value_type, alphas, values) in cases {
+            let parameters = QuantileParameters {
+                grid,
+                value_type,
+                alphas: alphas.into(),
+                epsilon: 0.7,
+            };
+            let mut state = QuantileState::new(parameters.clone(), memory);
+            let size = grid.size() as u64;
+            for i in 0..values {
+                state.counts.add(Place::of_half_cell(i * 7919 % (2 * size)));
+            }
+            let ours = state.to_bytes();
+            assert_eq!(ours[0], STATE_BYTES);
+            let earlier = to_cbor(&Earlier {
+                parameters: &parameters,
+                counts: Bytes(state.counts.to_bytes()),
+            });
+            assert!((0x80..0xc0).contains(&earlier[0]), "a CBOR array or map");
+            for bytes in [ours, earlier] {
+                let read = QuantileState::from_bytes(&bytes, memory);
+                assert_eq!(read.parameters, parameters);
+                assert_eq!(read.counts.total(), values);
+                let occupied = |counts: &GridCounts<_>| counts.iter_occupied().collect::<Vec<_>>();
+                assert_eq!(occupied(&read.counts), occupied(&state.counts));
+            }
+        }
+    }
+
     /// With one seed, a parallel plan answers as the serial one: its partial states
     /// travel as bytes and combine into the same counts, and the draw reads only the
     /// counts. 40 distinct values travel counted per cell; 10⁵ as they came, with sorted

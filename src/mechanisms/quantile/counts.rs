@@ -137,6 +137,12 @@ impl<A: Allocator + Clone> Histogram<A> {
     /// versions before tag 2 wrote: still read from them; they cannot read tag 2.)
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
+        self.write_bytes(&mut bytes);
+        bytes
+    }
+
+    /// [`Histogram::to_bytes`] appended to `bytes`.
+    pub fn write_bytes(&self, bytes: &mut Vec<u8>) {
         let put_u32 = |bytes: &mut Vec<u8>, n: u32| bytes.extend_from_slice(&n.to_le_bytes());
         let put_counts =
             |bytes: &mut Vec<u8>, counts: &mut dyn ExactSizeIterator<Item = (u32, u64)>| {
@@ -163,14 +169,15 @@ impl<A: Allocator + Clone> Histogram<A> {
                     .filter(|counted| smaller(counted.len()));
                 match counted {
                     Some(counted) => {
-                        put_counts(&mut bytes, &mut counted.into_iter());
-                        put_u32(&mut bytes, 0);
+                        put_counts(bytes, &mut counted.into_iter());
+                        put_u32(bytes, 0);
                     }
                     None => {
-                        put_counts(&mut bytes, &mut sorted.iter().map(|&(c, n)| (c, n as u64)));
-                        put_u32(&mut bytes, pending.len() as u32);
+                        put_counts(bytes, &mut sorted.iter().map(|&(c, n)| (c, n as u64)));
+                        put_u32(bytes, pending.len() as u32);
+                        bytes.reserve(4 * pending.len());
                         for &cell in pending {
-                            put_u32(&mut bytes, cell);
+                            put_u32(bytes, cell);
                         }
                     }
                 }
@@ -178,18 +185,17 @@ impl<A: Allocator + Clone> Histogram<A> {
             Cells::Dense(dense) => {
                 bytes.push(1);
                 bytes.extend_from_slice(&dense.low);
-                put_u32(&mut bytes, dense.carries.len() as u32);
+                put_u32(bytes, dense.carries.len() as u32);
                 for (&cell, &carry) in &dense.carries {
-                    put_u32(&mut bytes, cell);
+                    put_u32(bytes, cell);
                     bytes.extend_from_slice(&carry.to_le_bytes());
                 }
-                put_u32(&mut bytes, dense.pending().len() as u32);
+                put_u32(bytes, dense.pending().len() as u32);
                 for &cell in dense.pending() {
-                    put_u32(&mut bytes, cell);
+                    put_u32(bytes, cell);
                 }
             }
         }
-        bytes
     }
 
     /// A histogram from [`Histogram::to_bytes`] of the same grid. Panics on bytes it did
@@ -207,10 +213,16 @@ impl<A: Allocator + Clone> Histogram<A> {
                 }
                 if tag == 2 {
                     let pending = reader.u32() as usize;
-                    let pending: Vec<u32> = (reader.take(4 * pending).chunks_exact(4))
-                        .map(|cell| u32::from_le_bytes(cell.try_into().expect("4 bytes")))
-                        .collect();
-                    histogram.add_cells(&pending);
+                    // Counted a chunk at a time from the stack: a parallel plan's leader
+                    // reads a state per group and process, most of them pending cells.
+                    let mut chunk = [0u32; 256];
+                    for cells in reader.take(4 * pending).chunks(4 * chunk.len()) {
+                        let chunk = &mut chunk[..cells.len() / 4];
+                        for (cell, bytes) in chunk.iter_mut().zip(cells.chunks_exact(4)) {
+                            *cell = u32::from_le_bytes(bytes.try_into().expect("4 bytes"));
+                        }
+                        histogram.add_cells(chunk);
+                    }
                 }
             }
             1 => {
@@ -582,12 +594,32 @@ impl<A: Allocator + Clone> GridCounts<A> {
     /// Both histograms' encodings, each after its length.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
-        for histogram in [&self.at, &self.between] {
-            let encoded = histogram.to_bytes();
-            bytes.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
-            bytes.extend_from_slice(&encoded);
-        }
+        self.write_bytes(&mut bytes);
         bytes
+    }
+
+    /// [`GridCounts::to_bytes`] appended to `bytes`, each length written in place once
+    /// its histogram is (no copy of either).
+    pub fn write_bytes(&self, bytes: &mut Vec<u8>) {
+        for histogram in [&self.at, &self.between] {
+            let length_at = bytes.len();
+            bytes.extend_from_slice(&0u64.to_le_bytes());
+            histogram.write_bytes(bytes);
+            let length = (bytes.len() - length_at - 8) as u64;
+            bytes[length_at..length_at + 8].copy_from_slice(&length.to_le_bytes());
+        }
+    }
+
+    /// The bytes [`GridCounts::to_bytes`] would write for a sparse state: an upper bound
+    /// to reserve (a dense one writes more, and the vector grows).
+    pub fn sparse_bytes_bound(&self) -> usize {
+        let histogram = |h: &Histogram<A>| match &h.cells {
+            Cells::Sparse(sparse) => {
+                8 + 1 + 8 + 12 * sparse.sorted.len() + 4 * sparse.pending.len()
+            }
+            Cells::Dense(_) => 0,
+        };
+        histogram(&self.at) + histogram(&self.between)
     }
 
     /// Counts from [`GridCounts::to_bytes`] of the same grid. Panics on bytes it did not
@@ -616,21 +648,36 @@ pub struct Window {
     pub last_before: Option<u64>,
 }
 
-/// Reads the fields [`Histogram::to_bytes`] wrote.
-pub(super) struct Reader<'a>(&'a [u8]);
+/// Reads little-endian fields of bytes a state wrote ([`Histogram::to_bytes`], and the
+/// SQL layer's parameters before them). Panics past their end: only bytes our serial
+/// functions wrote are read.
+pub struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
-    pub(super) fn take(&mut self, length: usize) -> &'a [u8] {
+    pub fn take(&mut self, length: usize) -> &'a [u8] {
         let (taken, rest) = self.0.split_at(length);
         self.0 = rest;
         taken
     }
 
-    pub(super) fn u32(&mut self) -> u32 {
+    pub fn u8(&mut self) -> u8 {
+        self.take(1)[0]
+    }
+
+    pub fn u32(&mut self) -> u32 {
         u32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
     }
 
-    pub(super) fn u64(&mut self) -> u64 {
+    pub fn u64(&mut self) -> u64 {
         u64::from_le_bytes(self.take(8).try_into().expect("8 bytes"))
+    }
+
+    pub fn f64(&mut self) -> f64 {
+        f64::from_bits(self.u64())
+    }
+
+    /// What is left.
+    pub fn rest(&self) -> &'a [u8] {
+        self.0
     }
 }

@@ -30,7 +30,7 @@ mod recursive_tests;
 #[cfg(test)]
 mod tests;
 
-pub use counts::{GridCounts, Histogram};
+pub use counts::{GridCounts, Histogram, Reader};
 pub use draw::*;
 pub use grid::*;
 pub use recursive::*;
