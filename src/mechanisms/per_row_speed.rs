@@ -11,7 +11,8 @@
 //! and in 9,000 groups of
 //! 1,100 (counted and listed), then the cost per group of a merge (a parallel plan's
 //! combine) and of a draw (over 1,000 values and over 200, with what the latter reads:
-//! its listing, its runs, its words of ChaCha20).
+//! its listing, its runs, its words of ChaCha20), and a parallel plan's partial states
+//! (thirds of groups of 200) serialized, deserialized and merged.
 //! `argmax_per_row_speed` does the same for dp_argmax's hash and score table.
 
 use super::quantile::{
@@ -224,6 +225,36 @@ fn per_row_speed() {
             black_box(merged.total());
         }
     });
+    // A parallel plan's partial states: three processes' thirds of each group of 200
+    // (about 67 values each), each serialized in its process, then deserialized and
+    // merged into its group in the leader.
+    let partial_counts: Vec<GridCounts> = (0..3 * GROUPS)
+        .map(|part| {
+            let mut counts = GridCounts::new(K);
+            let rows = floats[..ROWS / 5].iter().skip(part).step_by(3 * GROUPS);
+            rows.for_each(|&value| counts.add(locator.locate(value)));
+            counts
+        })
+        .collect();
+    let partials: Vec<Vec<u8>> = partial_counts.iter().map(GridCounts::to_bytes).collect();
+    let serialize = median_ns(3 * GROUPS, || {
+        partial_counts
+            .iter()
+            .for_each(|part| drop(black_box(part.to_bytes())));
+    });
+    let combine = median_ns(GROUPS, || {
+        for group in partials.chunks(3) {
+            let mut merged = GridCounts::new(K);
+            for bytes in group {
+                merged.merge(&GridCounts::from_bytes(
+                    K,
+                    bytes,
+                    allocator_api2::alloc::Global,
+                ));
+            }
+            black_box(merged.total());
+        }
+    });
     let mut one = GridCounts::new(K);
     for &value in &floats {
         one.add(locator.locate(value));
@@ -263,6 +294,11 @@ fn per_row_speed() {
         words / 1e3
     );
     println!("  merge, two groups of 1,000:  {:6.1} µs", merge / 1e3);
+    println!(
+        "  a partial state of about 67 values: serialized {:5.2} µs; three deserialized and merged into their group {:5.2} µs",
+        serialize / 1e3,
+        combine / 1e3
+    );
     println!("  draw, one group of 10^7:     {:6.1} µs", one_draw / 1e3);
 }
 
