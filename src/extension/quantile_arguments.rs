@@ -39,7 +39,18 @@ pub struct QuantileParameters {
     pub(super) epsilon: f64,
 }
 
-/// The value types in the order of their byte in a state's bytes.
+/// The value types in the order of their byte in a state's bytes (a match, so that a new
+/// type cannot compile without its byte).
+fn value_type_byte(value_type: ValueType) -> u8 {
+    match value_type {
+        ValueType::Float => 0,
+        ValueType::Smallint => 1,
+        ValueType::Integer => 2,
+        ValueType::Bigint => 3,
+        ValueType::Numeric => 4,
+    }
+}
+
 const VALUE_TYPES: [ValueType; 5] = [
     ValueType::Float,
     ValueType::Smallint,
@@ -70,8 +81,7 @@ impl QuantileParameters {
                 bytes.extend_from_slice(&grid.size.to_le_bytes());
             }
         }
-        let value_type = VALUE_TYPES.iter().position(|&t| t == self.value_type);
-        bytes.push(value_type.expect("every value type has its byte") as u8);
+        bytes.push(value_type_byte(self.value_type));
         bytes.extend_from_slice(&(self.alphas.len() as u32).to_le_bytes());
         for alpha in self.alphas.iter() {
             bytes.extend_from_slice(&alpha.to_le_bytes());
@@ -95,8 +105,11 @@ impl QuantileParameters {
             }),
             tag => panic!("not the bytes of a quantile grid (tag {tag})"),
         };
-        let value_type = VALUE_TYPES[reader.u8() as usize];
-        let alphas = match reader.u32() {
+        let value_type = match VALUE_TYPES.get(reader.u8() as usize) {
+            Some(&value_type) => value_type,
+            None => panic!("not the bytes of a quantile value type"),
+        };
+        let alphas = match reader.count(8) {
             1 => QuantileAlphas::One([reader.f64()]),
             n => (0..n).map(|_| reader.f64()).collect::<Vec<f64>>().into(),
         };
@@ -112,8 +125,8 @@ impl QuantileParameters {
 /// The alphas of a state, kept in it when there is one (as in every dp_quantile), so that
 /// a group's state allocates nothing outside the aggregate's memory context: a `Vec` took
 /// a malloc a group that PostgreSQL did not see. In CBOR (the states of earlier versions,
-/// still read) as a `Vec`, and made only through `From<Vec<f64>>`, so that equal alphas
-/// are equal values.
+/// still read) as a `Vec`. One alpha is always `One`, any other number `Many` (as
+/// `From<Vec<f64>>` makes them), so that equal alphas are equal values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(from = "Vec<f64>", into = "Vec<f64>")]
 pub(super) enum QuantileAlphas {
@@ -277,9 +290,50 @@ mod bytes_tests {
         }
     }
 
+    /// The bytes of one state's parameters, as a coordinator reads them from a worker of
+    /// another build: a change to the format fails here, not only in a round trip.
+    #[test]
+    fn the_format_is_fixed() {
+        let parameters = QuantileParameters {
+            grid: ValueGrid::Float(Grid {
+                lo: 0.0,
+                hi: 1e6,
+                size: 1 << 20,
+            }),
+            value_type: ValueType::Integer,
+            alphas: vec![0.5].into(),
+            epsilon: 1.0,
+        };
+        let mut bytes = Vec::new();
+        parameters.write_bytes(&mut bytes);
+        let expected: &[u8] = &[
+            0, // a float grid: lo, hi, K
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x84, 0x2e, 0x41, 0, 0, 0x10, 0,
+            2, // integer values
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xe0, 0x3f, // one alpha, 0.5
+            0, 0, 0, 0, 0, 0, 0xf0, 0x3f, // epsilon 1
+        ];
+        assert_eq!(bytes, expected);
+    }
+
     #[test]
     #[should_panic(expected = "not the bytes of a quantile grid (tag 7)")]
     fn other_bytes_are_refused() {
         QuantileParameters::read_bytes(&mut Reader(&[7, 0, 0, 0]));
+    }
+
+    #[test]
+    #[should_panic(expected = "not the bytes of a quantile value type")]
+    fn an_unknown_value_type_is_refused() {
+        let bytes = [&[0][..], &[0; 20], &[5]].concat();
+        QuantileParameters::read_bytes(&mut Reader(&bytes));
+    }
+
+    /// 2^32 − 1 alphas (32 GiB) are refused before a vector is made for them.
+    #[test]
+    #[should_panic(expected = "a count past the end of the bytes")]
+    fn an_alpha_count_past_the_end_is_refused() {
+        let bytes = [&[0][..], &[0; 20], &[0], &u32::MAX.to_le_bytes(), &[0; 16]].concat();
+        QuantileParameters::read_bytes(&mut Reader(&bytes));
     }
 }

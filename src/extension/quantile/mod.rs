@@ -246,7 +246,8 @@ impl State for QuantileState {
 
     /// [`STATE_BYTES`], the parameters, the counts: one vector, written once.
     fn to_bytes(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(64 + self.counts.sparse_bytes_bound());
+        let parameters = 64 + 8 * self.parameters.alphas.len();
+        let mut bytes = Vec::with_capacity(parameters + self.counts.sparse_bytes_bound());
         bytes.push(STATE_BYTES);
         self.parameters.write_bytes(&mut bytes);
         self.counts.write_bytes(&mut bytes);

@@ -205,14 +205,14 @@ impl<A: Allocator + Clone> Histogram<A> {
         let mut histogram = Self::new_in(grid_size, allocator);
         match reader.take(1)[0] {
             tag @ (0 | 2) => {
-                let counts: Vec<(u32, u64)> = (0..reader.u32())
+                let counts: Vec<(u32, u64)> = (0..reader.count(12))
                     .map(|_| (reader.u32(), reader.u64()))
                     .collect();
                 if !counts.is_empty() {
                     histogram.add_counts(&counts);
                 }
                 if tag == 2 {
-                    let pending = reader.u32() as usize;
+                    let pending = reader.count(4);
                     // Counted a chunk at a time from the stack: a parallel plan's leader
                     // reads a state per group and process, most of them pending cells.
                     let mut chunk = [0u32; 256];
@@ -227,10 +227,10 @@ impl<A: Allocator + Clone> Histogram<A> {
             }
             1 => {
                 let low = reader.take(grid_size as usize + 1);
-                let carries: Vec<(u32, u64)> = (0..reader.u32())
+                let carries: Vec<(u32, u64)> = (0..reader.count(12))
                     .map(|_| (reader.u32(), reader.u64()))
                     .collect();
-                let pending: Vec<u32> = (0..reader.u32()).map(|_| reader.u32()).collect();
+                let pending: Vec<u32> = (0..reader.count(4)).map(|_| reader.u32()).collect();
                 histogram.total = low.iter().map(|&n| n as u64).sum::<u64>()
                     + 256 * carries.iter().map(|&(_, n)| n).sum::<u64>()
                     + pending.len() as u64;
@@ -674,6 +674,18 @@ impl<'a> Reader<'a> {
 
     pub fn f64(&mut self) -> f64 {
         f64::from_bits(self.u64())
+    }
+
+    /// A u32 count of items of `width` bytes each that follow: panics if they would run
+    /// past the end, before anything is sized by it (a count from bytes we did not write
+    /// must not size a vector: a failed malloc aborts the backend).
+    pub fn count(&mut self, width: usize) -> usize {
+        let count = self.u32() as usize;
+        assert!(
+            count.saturating_mul(width) <= self.0.len(),
+            "a count past the end of the bytes"
+        );
+        count
     }
 
     /// What is left.

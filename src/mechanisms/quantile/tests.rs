@@ -855,6 +855,24 @@ fn bytes_of_no_histogram_are_refused() {
     Histogram::from_bytes(1 << 12, &[3, 0, 0, 0, 0], Global);
 }
 
+/// A count that the bytes cannot hold sizes nothing: each form's counts, pending cells and
+/// carries are refused before a vector is made for them (a 64 GiB malloc would abort).
+#[test]
+fn counts_past_the_end_of_the_bytes_are_refused() {
+    let huge = u32::MAX.to_le_bytes();
+    let zero = 0u32.to_le_bytes();
+    let sparse_counts = [&[2][..], &huge].concat();
+    let sparse_pending = [&[2][..], &zero, &huge].concat();
+    let dense_carries = [&[1][..], &[0; 17], &huge].concat();
+    let dense_pending = [&[1][..], &[0; 17], &zero, &huge].concat();
+    for bytes in [sparse_counts, sparse_pending, dense_carries, dense_pending] {
+        let read = std::panic::catch_unwind(|| Histogram::from_bytes(16, &bytes, Global));
+        let message = read.expect_err("refused");
+        let message = message.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert_eq!(message, "a count past the end of the bytes", "{bytes:?}");
+    }
+}
+
 /// Cells appended in bulk (a combine) that overflow a cell's 32-bit count make the
 /// histogram dense, as single values do.
 #[test]
